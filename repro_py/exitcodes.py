@@ -1,0 +1,12 @@
+"""Named process exit codes shared by every ``python -m repro_py.<cmd>``."""
+
+from __future__ import annotations
+
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    OK = 0
+    FAILURE = 1  # the command ran but what it checked failed (a gate, a verify)
+    USAGE = 2  # bad command line or bad input; nothing was changed
+    INTERRUPTED = 130  # Ctrl-C; state left resumable
