@@ -132,7 +132,7 @@ def validate(
     if algo not in ALGORITHMS:
         problems.append(f"algorithm={algo_raw!r} is not allowed; allowed: {', '.join(ALGORITHMS)}")
         raise SpecConfigError(problems)
-    algorithm: Algorithm = algo  # type: ignore[assignment]
+    algorithm: Algorithm = algo
 
     budget: int | None = None
     topk: int | None = None
@@ -142,7 +142,10 @@ def validate(
     if algorithm == "none":
         for key in ("budget", "topk", "window", "block_size"):
             if raw.get(key) is not None:
-                problems.append(f"{key}={raw[key]!r} is set but algorithm=none (the autoregressive baseline) takes no speculative settings")
+                problems.append(
+                    f"{key}={raw[key]!r} is set but algorithm=none "
+                    "(the autoregressive baseline) takes no speculative settings"
+                )
     else:
         window, err = _parse_window(raw.get("window"))
         if err:
@@ -164,7 +167,9 @@ def validate(
         if algorithm == "dflash":
             for key in ("budget", "topk"):
                 if raw.get(key) is not None:
-                    problems.append(f"{key}={raw[key]!r} is a DDTree setting but algorithm=dflash; use algorithm=ddtree")
+                    problems.append(
+                        f"{key}={raw[key]!r} is a DDTree setting but algorithm=dflash; use algorithm=ddtree"
+                    )
         else:
             if raw.get("budget") is None:
                 problems.append(f"budget is required for algorithm=ddtree; allowed 1..{BUDGET_MAX}")

@@ -27,9 +27,10 @@ rootfs=$(mktemp -d /var/tmp/sglang-testhost-rootfs.XXXXXX)
 trap 'rm -rf "$rootfs"' EXIT
 echo "build-image: debootstrap bookworm into $rootfs"
 # Packages: systemd as PID 1, python3 for Ansible modules, python3-venv for the
-# service venv, curl for manual probing, patch for the patch role, procps/iproute2 for ss/pgrep.
+# service venv, curl for manual probing, patch for the patch role, g++ as nvcc's host
+# compiler (the CUDA compile check), procps/iproute2 for ss/pgrep.
 debootstrap --variant=minbase \
-    --include=systemd,systemd-sysv,dbus,python3,python3-venv,python3-pip,sudo,patch,procps,iproute2,curl,ca-certificates \
+    --include=systemd,systemd-sysv,dbus,python3,python3-venv,python3-pip,sudo,patch,g++,procps,iproute2,curl,ca-certificates \
     bookworm "$rootfs" ${DEBIAN_MIRROR:+"$DEBIAN_MIRROR"} >/dev/null
 # A fixed machine-id keeps journald happy and the image reproducible.
 : > "$rootfs/etc/machine-id"
