@@ -1,0 +1,1 @@
+"""Coding-correctness evaluation: problems (``problems.yaml``) and their runner."""

@@ -1,0 +1,64 @@
+"""Faults the simulated engine can be told to have (``--sim-fault``, repeatable).
+
+``crash-on-load``         the process dies during the model load (nothing ever listens)
+``never-ready``           it listens but warmup never finishes: /health stays 503
+``crash-after:N``         it serves N generation requests, then dies when the next arrives
+``oom-above-budget:N``    refuses to start (a CUDA OOM at the end of the load) when the DDTree budget > N
+``mask-offset``           tree mode with budget+1 != block size: greedy text is garbled from an
+                          early position on and acceptance collapses (the bug the mask fix cured)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+FAULT_NAMES = ("crash-on-load", "never-ready", "crash-after", "oom-above-budget", "mask-offset")
+_WITH_ARG = frozenset({"crash-after", "oom-above-budget"})
+
+
+class FaultError(ValueError):
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class Faults:
+    specs: tuple[str, ...] = ()
+    crash_on_load: bool = False
+    never_ready: bool = False
+    crash_after: int | None = None
+    oom_above_budget: int | None = None
+    mask_offset: bool = False
+
+    def oom_at_load(self, budget: int | None) -> bool:
+        return self.oom_above_budget is not None and budget is not None and budget > self.oom_above_budget
+
+    def mask_offset_active(self, tree_mode: bool, budget: int | None, block_size: int | None) -> bool:
+        """The fault bites only where the bug did: a tree whose verify width differs from the block."""
+        return (
+            self.mask_offset
+            and tree_mode
+            and budget is not None
+            and block_size is not None
+            and (budget + 1 != block_size)
+        )
+
+
+def parse_faults(values: list[str]) -> Faults:
+    """Parse ``--sim-fault`` values; raise FaultError naming a bad one."""
+    fields: dict[str, object] = {}
+    for raw in values:
+        name, sep, arg = raw.strip().partition(":")
+        if name not in FAULT_NAMES:
+            raise FaultError(
+                f"--sim-fault {raw!r}: unknown fault {name!r}; allowed: "
+                "crash-on-load, never-ready, crash-after:N, oom-above-budget:N, mask-offset"
+            )
+        if name in _WITH_ARG:
+            if not sep or not arg.isdigit():
+                raise FaultError(f"--sim-fault {raw!r}: {name} needs a non-negative integer, e.g. {name}:8")
+            fields[name.replace("-", "_")] = int(arg)
+        else:
+            if sep:
+                raise FaultError(f"--sim-fault {raw!r}: {name} takes no argument")
+            fields[name.replace("-", "_")] = True
+    return Faults(specs=tuple(v.strip() for v in values), **fields)  # type: ignore[arg-type]
