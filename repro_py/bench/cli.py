@@ -1,0 +1,145 @@
+"""Command line of the benchmark: ``python -m repro_py.bench --url URL [...]``.
+
+Runs the matrix against a running server, prints a table and, with ``--out``,
+writes the result JSON atomically. Exit codes: 0 every cell ran or was skipped
+with a reason; 1 a cell failed or the server could not be reached; 2 bad
+arguments; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from repro_py.atomicio import write_json_atomic
+from repro_py.bench.matrix import DEFAULT_CONCURRENCY, DEFAULT_CONTEXTS, BenchSettings, cell_ok, run_matrix
+from repro_py.endpoint import Endpoint
+from repro_py.exitcodes import ExitCode
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: give one or more positive integers, e.g. 60,1024")
+    return values
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m repro_py.bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:30001")
+    p.add_argument("--api-key", default=os.environ.get("SGLANG_API_KEY"),
+                   help="bearer key (default: $SGLANG_API_KEY)")
+    p.add_argument("--model", default="default", help="model name sent in requests (default: default)")
+    p.add_argument("--contexts", type=int_list, default=DEFAULT_CONTEXTS,
+                   help="prompt lengths in tokens (default: 60,1024,4096,8192)")
+    p.add_argument("--concurrency", type=int_list, default=DEFAULT_CONCURRENCY,
+                   help="concurrent requests (default: 1,8,32,64)")
+    p.add_argument("--repeats", type=int, default=3, help="measured repeats per cell (default: 3)")
+    p.add_argument("--max-tokens", type=int, default=512, help="max_tokens per request (default: 512)")
+    p.add_argument("--warmup", type=int, default=1, help="warm-up requests per cell, excluded (default: 1)")
+    p.add_argument("--cv-threshold", type=float, default=0.05,
+                   help="a cell whose throughput CV exceeds this is marked noisy (default: 0.05)")
+    p.add_argument("--requests-per-cell", type=int, default=None,
+                   help="requests per repeat (default: the cell's concurrency)")
+    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default: 0)")
+    p.add_argument("--timeout", type=float, default=600.0, help="per-request timeout in seconds (default: 600)")
+    p.add_argument("--ignore-eos", action="store_true",
+                   help="ask the server to ignore EOS so every request generates max_tokens (sglang extension)")
+    p.add_argument("--no-flush", action="store_true", help="do not POST /flush_cache between cells and repeats")
+    p.add_argument("--out", type=Path, default=None, help="write the result JSON here (atomically)")
+    p.add_argument("--quiet", action="store_true", help="no per-cell progress lines on stderr")
+    return p
+
+
+def _fmt(x: object, spec: str = ".1f") -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, int | float):
+        return format(x, spec)
+    return str(x)
+
+
+def render_table(result: dict[str, Any], console: Console) -> None:
+    engine = result.get("engine", {})
+    title = f"{result['settings']['url']}  engine={engine.get('kind')} version={engine.get('version')}"
+    if engine.get("sim_speed") is not None:
+        title += f" sim_speed={engine['sim_speed']}"
+    table = Table(title=title)
+    for col in ("ctx", "C", "status", "tok/s", "CV", "tok/s/req", "TTFT p50/p99 ms", "ITL p50/p99 ms",
+                "accept (steps)", "errors", "note"):
+        table.add_column(col)
+    for cell in result["cells"]:
+        med = cell.get("median") or {}
+        cv = (cell.get("cv") or {}).get("output_tps")
+        ttft = med.get("ttft_ms") or {}
+        itl = med.get("itl_ms") or {}
+        accept = med.get("accept_length")
+        accept_txt = f"{accept:.2f} ({med.get('verify_steps')})" if accept is not None else "-"
+        note = cell.get("reason") or med.get("accept_length_reason") or ""
+        if cell.get("noisy"):
+            note = ("NOISY " + note).strip()
+        status_style = {"ok": "green", "skipped": "yellow", "error": "red"}.get(cell["status"], "")
+        table.add_row(
+            str(cell["context"]), str(cell["concurrency"]), f"[{status_style}]{cell['status']}[/]",
+            _fmt(med.get("output_tps")), _fmt(cv, ".3f"), _fmt(med.get("output_tps_per_request")),
+            f"{_fmt(ttft.get('p50'))}/{_fmt(ttft.get('p99'))}", f"{_fmt(itl.get('p50'))}/{_fmt(itl.get('p99'))}",
+            accept_txt, _fmt(med.get("errors"), "d"), note,
+        )
+    console.print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code) if isinstance(exc.code, int) else int(ExitCode.USAGE)
+    try:
+        endpoint = Endpoint(args.url, args.api_key, args.model)
+        settings = BenchSettings(
+            contexts=args.contexts, concurrency=args.concurrency, repeats=args.repeats, max_tokens=args.max_tokens,
+            warmup=args.warmup, cv_threshold=args.cv_threshold, requests_per_cell=args.requests_per_cell,
+            temperature=args.temperature, request_timeout_s=args.timeout, flush_cache=not args.no_flush,
+            ignore_eos=args.ignore_eos,
+        )
+    except ValueError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return int(ExitCode.USAGE)
+    err = Console(stderr=True)
+
+    def progress(cell: dict[str, Any]) -> None:
+        if args.quiet:
+            return
+        med = cell.get("median") or {}
+        err.print(
+            f"cell ctx={cell['context']} C={cell['concurrency']}: {cell['status']}"
+            + (f" {med.get('output_tps'):.1f} tok/s" if med.get("output_tps") is not None else "")
+            + (f" ({cell['reason']})" if cell.get("reason") else ""),
+            highlight=False,
+        )
+
+    try:
+        result = asyncio.run(run_matrix(endpoint, settings, progress=progress))
+    except KeyboardInterrupt:
+        print("bench: interrupted", file=sys.stderr)
+        return int(ExitCode.INTERRUPTED)
+    if args.out is not None:
+        write_json_atomic(args.out, result)
+    out = Console()
+    if not out.is_terminal:
+        out = Console(width=max(out.width, 160))
+    render_table(result, out)
+    if result["engine"].get("kind") is None:
+        print(f"bench: server unreachable: {result['engine'].get('server_info_error')}", file=sys.stderr)
+        return int(ExitCode.FAILURE)
+    return int(ExitCode.OK if all(cell_ok(c) for c in result["cells"]) else ExitCode.FAILURE)

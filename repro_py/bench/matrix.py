@@ -1,0 +1,402 @@
+"""The benchmark matrix: context length x concurrency, repeated, against one server.
+
+Per cell: skip (with the numbers) if it cannot fit the server's KV pool or
+context length; build the prompt to the requested length; flush the cache;
+send warm-up requests (excluded from every figure); then ``repeats`` times:
+flush the cache, read the counters, send ``requests_per_cell`` streaming
+requests through ``concurrency`` workers, read the counters again. A repeat's
+aggregate throughput is the server-reported output tokens of its successful
+requests over the wall time from the first request sent to the last one
+finished. Acceptance length is the counter delta ratio pooled over the
+repeats. The cell's figures are medians over repeats, with the coefficient of
+variation of aggregate throughput; a CV above the threshold marks it noisy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+
+from repro_py.bench import counters, stats
+from repro_py.bench.client import RequestResult, stream_chat
+from repro_py.bench.prompts import BuiltPrompt, PromptBuilder, PromptError, check_prompt_tokens, prompt_tolerance
+from repro_py.bench.server_info import ServerInfo, ServerInfoError, fetch_server_info
+from repro_py.endpoint import Endpoint
+
+DEFAULT_CONTEXTS: tuple[int, ...] = (60, 1024, 4096, 8192)
+DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 8, 32, 64)
+WARMUP_MAX_TOKENS = 32
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchSettings:
+    contexts: tuple[int, ...] = DEFAULT_CONTEXTS
+    concurrency: tuple[int, ...] = DEFAULT_CONCURRENCY
+    repeats: int = 3
+    max_tokens: int = 512
+    warmup: int = 1
+    cv_threshold: float = 0.05
+    requests_per_cell: int | None = None  # None: one request per concurrency slot
+    temperature: float = 0.0
+    request_timeout_s: float = 600.0
+    prompt_abs_tol: int = 4
+    prompt_rel_tol: float = 0.02
+    flush_cache: bool = True
+    ignore_eos: bool = False  # sglang extension: generate exactly max_tokens (no early EOS)
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        if not self.contexts or any(c < 1 for c in self.contexts):
+            problems.append(f"contexts={list(self.contexts)} must be positive integers")
+        if not self.concurrency or any(c < 1 for c in self.concurrency):
+            problems.append(f"concurrency={list(self.concurrency)} must be positive integers")
+        if self.repeats < 1:
+            problems.append(f"repeats={self.repeats} must be >= 1")
+        if self.max_tokens < 1:
+            problems.append(f"max_tokens={self.max_tokens} must be >= 1")
+        if self.warmup < 0:
+            problems.append(f"warmup={self.warmup} must be >= 0")
+        if not self.cv_threshold > 0:
+            problems.append(f"cv_threshold={self.cv_threshold} must be > 0")
+        if self.requests_per_cell is not None and self.requests_per_cell < 1:
+            problems.append(f"requests_per_cell={self.requests_per_cell} must be >= 1")
+        if self.request_timeout_s <= 0:
+            problems.append(f"request_timeout_s={self.request_timeout_s} must be > 0")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    def requests_for(self, concurrency: int) -> int:
+        return self.requests_per_cell if self.requests_per_cell is not None else concurrency
+
+    def as_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["contexts"] = list(self.contexts)
+        out["concurrency"] = list(self.concurrency)
+        return out
+
+
+def kv_skip_reason(
+    *,
+    context: int, concurrency: int, requests: int, max_tokens: int, max_total_num_tokens: int | None,
+    context_length: int | None,
+) -> str | None:
+    """Why a cell cannot run on this server, or ``None`` if it fits."""
+    if context_length is not None and context + max_tokens > context_length:
+        return (
+            f"context {context} + max_tokens {max_tokens} = {context + max_tokens} tokens exceeds the "
+            f"server's context_length {context_length}"
+        )
+    if max_total_num_tokens is None:
+        return None
+    active = min(concurrency, requests)
+    need = active * (context + max_tokens)
+    if need > max_total_num_tokens:
+        return (
+            f"{active} concurrent requests x (context {context} + max_tokens {max_tokens}) = {need} KV tokens "
+            f"exceeds the server's max_total_num_tokens {max_total_num_tokens}"
+        )
+    return None
+
+
+async def flush_cache(session: aiohttp.ClientSession, endpoint: Endpoint, *, tries: int = 20) -> str | None:
+    """POST ``/flush_cache`` (retrying while the server is busy); ``None`` on success, else why not."""
+    last = ""
+    for _ in range(tries):
+        try:
+            async with session.post(
+                endpoint.url("/flush_cache"), headers=endpoint.headers(), timeout=aiohttp.ClientTimeout(total=30)
+            ) as resp:
+                text = await resp.text()
+                if resp.status == 200:
+                    return None
+                if resp.status in (404, 405):
+                    return f"POST /flush_cache returned HTTP {resp.status}: cache not flushed"
+                last = f"HTTP {resp.status}: {text[:200]!r}"
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            last = f"{type(exc).__name__}: {exc}"
+        await asyncio.sleep(0.25)
+    return f"POST /flush_cache failed: {last}"
+
+
+async def run_requests(
+    session: aiohttp.ClientSession,
+    endpoint: Endpoint,
+    prompt: BuiltPrompt,
+    *,
+    count: int,
+    concurrency: int,
+    max_tokens: int,
+    temperature: float,
+    timeout_s: float,
+    variant_base: int = 0,
+    ignore_eos: bool = False,
+) -> tuple[list[RequestResult], float]:
+    """``count`` requests through ``concurrency`` closed-loop workers; results and wall seconds."""
+    results: list[RequestResult | None] = [None] * count
+    next_index = 0
+
+    async def worker() -> None:
+        nonlocal next_index
+        while next_index < count:
+            i = next_index
+            next_index += 1
+            results[i] = await stream_chat(
+                session, endpoint, prompt.messages(variant_base + i), max_tokens=max_tokens,
+                temperature=temperature, timeout_s=timeout_s, extra={"ignore_eos": True} if ignore_eos else None,
+            )
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(min(concurrency, count))))
+    wall = time.perf_counter() - start
+    done = [r for r in results if r is not None]
+    return done, wall
+
+
+def repeat_figures(results: list[RequestResult], wall_s: float, delta: counters.CounterDelta) -> dict[str, Any]:
+    ok = [r for r in results if r.ok]
+    errors = [r for r in results if not r.ok]
+    out_tokens = sum(r.output_tokens or 0 for r in ok)
+    if ok:
+        first = min(r.start for r in ok)
+        last = max(r.end for r in ok)
+        span = max(last - first, 1e-9)
+    else:
+        span = wall_s
+    per_request = [t for t in (r.output_tps for r in ok) if t is not None]
+    ttft = [r.ttft_s * 1000.0 for r in ok if r.ttft_s is not None]
+    itl = [gap * 1000.0 for r in ok for gap in r.itl_s]
+    prompt_counts = [r.prompt_tokens for r in ok if r.prompt_tokens is not None]
+    engine_tps = (
+        delta.generation_tokens / span if delta.generation_tokens is not None and span > 0 else None
+    )
+    return {
+        "requests": len(results),
+        "ok": len(ok),
+        "errors": len(errors),
+        "error_samples": sorted({r.error or "?" for r in errors})[:3],
+        "wall_s": span,
+        "output_tokens": out_tokens,
+        "output_tps": out_tokens / span if ok else 0.0,
+        "output_tps_per_request": stats.mean(per_request),
+        "ttft_ms": stats.percentiles(ttft),
+        "itl_ms": stats.percentiles(itl),
+        "finish_reasons": dict(Counter(r.finish_reason or "none" for r in ok)),
+        "prompt_tokens": {"min": min(prompt_counts), "max": max(prompt_counts)} if prompt_counts else None,
+        "accept_length": delta.accept_length,
+        "verify_steps": delta.verify_steps,
+        "counters": delta.as_dict(),
+        "engine_output_tps": engine_tps,
+    }
+
+
+def summarize_cell(
+    repeats: list[dict[str, Any]], deltas: list[counters.CounterDelta], cv_threshold: float
+) -> dict[str, Any]:
+    """Median figures over repeats, pooled acceptance, CV and the noisy flag."""
+    tps = [float(r["output_tps"]) for r in repeats]
+    per_req = [float(r["output_tps_per_request"]) for r in repeats if r["output_tps_per_request"] is not None]
+    gen = [d.generation_tokens for d in deltas]
+    ver = [d.verify_steps for d in deltas]
+    accept: float | None = None
+    verify_total: int | None = None
+    accept_reason: str | None = None
+    if all(d.accept_length is not None for d in deltas) and deltas:
+        gen_total = sum(g or 0 for g in gen)
+        verify_total = sum(v or 0 for v in ver)
+        accept = gen_total / verify_total if verify_total else None
+    else:
+        reasons = [d.accept_length_reason for d in deltas if d.accept_length_reason]
+        accept_reason = reasons[0] if reasons else "no measured repeats"
+        if all(v is not None for v in ver) and deltas:
+            verify_total = sum(v or 0 for v in ver)
+    cv_tps = stats.cv(tps)
+    median = {
+        "output_tps": stats.median(tps),
+        "output_tps_per_request": stats.median(per_req),
+        "ttft_ms": stats.median_of_dicts([r["ttft_ms"] for r in repeats]),
+        "itl_ms": stats.median_of_dicts([r["itl_ms"] for r in repeats]),
+        "accept_length": accept,
+        "accept_length_reason": accept_reason,
+        "verify_steps": verify_total,
+        "errors": sum(int(r["errors"]) for r in repeats),
+        "requests": sum(int(r["requests"]) for r in repeats),
+        "engine_output_tps": stats.median([float(r["engine_output_tps"]) for r in repeats if r["engine_output_tps"]]),
+    }
+    return {
+        "median": median,
+        "cv": {"output_tps": cv_tps},
+        "noisy": cv_tps is not None and cv_tps > cv_threshold,
+    }
+
+
+def _empty_cell(context: int, concurrency: int, status: str, reason: str | None) -> dict[str, Any]:
+    return {
+        "context": context,
+        "concurrency": concurrency,
+        "status": status,
+        "reason": reason,
+        "repeats": [],
+        "median": None,
+        "cv": {"output_tps": None},
+        "noisy": False,
+    }
+
+
+async def run_cell(
+    session: aiohttp.ClientSession,
+    endpoint: Endpoint,
+    settings: BenchSettings,
+    builder: PromptBuilder,
+    info: ServerInfo | None,
+    *,
+    context: int,
+    concurrency: int,
+) -> dict[str, Any]:
+    requests = settings.requests_for(concurrency)
+    skip = kv_skip_reason(
+        context=context, concurrency=concurrency, requests=requests, max_tokens=settings.max_tokens,
+        max_total_num_tokens=info.max_total_num_tokens if info else None,
+        context_length=info.context_length if info else None,
+    )
+    if skip:
+        return _empty_cell(context, concurrency, "skipped", skip)
+    try:
+        prompt = await builder.build(context, seed=context)
+    except (PromptError, aiohttp.ClientError, TimeoutError) as exc:
+        return _empty_cell(context, concurrency, "error", f"prompt of {context} tokens could not be built: {exc}")
+    notes: list[str] = []
+    tol = prompt_tolerance(context, abs_tol=settings.prompt_abs_tol, rel_tol=settings.prompt_rel_tol)
+    if abs(prompt.expected_prompt_tokens - context) > tol:
+        return _empty_cell(context, concurrency, "error", (
+            f"closest prompt the words allow holds {prompt.expected_prompt_tokens} tokens; requested {context} "
+            f"(tolerance {tol})"
+        ))
+
+    async def flush() -> None:
+        if settings.flush_cache:
+            why = await flush_cache(session, endpoint)
+            if why and why not in notes:
+                notes.append(why)
+
+    await flush()
+    warm_errors: list[str] = []
+    if settings.warmup:
+        warm, _ = await run_requests(
+            session, endpoint, prompt, count=settings.warmup, concurrency=concurrency,
+            max_tokens=min(settings.max_tokens, WARMUP_MAX_TOKENS), temperature=settings.temperature,
+            timeout_s=settings.request_timeout_s, variant_base=10_000, ignore_eos=settings.ignore_eos,
+        )
+        warm_errors = [r.error or "?" for r in warm if not r.ok]
+    repeats: list[dict[str, Any]] = []
+    deltas: list[counters.CounterDelta] = []
+    all_results: list[RequestResult] = []
+    for index in range(settings.repeats):
+        await flush()
+        before = await counters.read_settled(session, endpoint)
+        results, wall = await run_requests(
+            session, endpoint, prompt, count=requests, concurrency=concurrency, max_tokens=settings.max_tokens,
+            temperature=settings.temperature, timeout_s=settings.request_timeout_s, ignore_eos=settings.ignore_eos,
+        )
+        after = await counters.read_settled(session, endpoint)
+        delta = counters.delta(before, after)
+        figures = repeat_figures(results, wall, delta)
+        figures["repeat"] = index
+        repeats.append(figures)
+        deltas.append(delta)
+        all_results.extend(results)
+    cell: dict[str, Any] = {
+        "context": context,
+        "concurrency": concurrency,
+        "status": "ok",
+        "reason": None,
+        "requests_per_repeat": requests,
+        "prompt": {
+            "target_tokens": context,
+            "expected_prompt_tokens": prompt.expected_prompt_tokens,
+            "measured_with": prompt.measured_with,
+            "template_overhead": prompt.template_overhead,
+            "tolerance": tol,
+        },
+        "warmup": {"requests": settings.warmup, "errors": len(warm_errors)},
+        "notes": notes,
+        "repeats": repeats,
+    }
+    cell.update(summarize_cell(repeats, deltas, settings.cv_threshold))
+    ok_results = [r for r in all_results if r.ok]
+    if not ok_results:
+        first_error = next((r.error for r in all_results if r.error), "no request succeeded")
+        cell["status"] = "error"
+        cell["reason"] = f"all {len(all_results)} requests failed; first error: {first_error}"
+        return cell
+    mismatch = check_prompt_tokens(
+        context, [r.prompt_tokens for r in ok_results if r.prompt_tokens is not None],
+        abs_tol=settings.prompt_abs_tol, rel_tol=settings.prompt_rel_tol,
+    )
+    if mismatch:
+        cell["status"] = "error"
+        cell["reason"] = mismatch
+    return cell
+
+
+async def run_matrix(
+    endpoint: Endpoint,
+    settings: BenchSettings,
+    *,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+    session: aiohttp.ClientSession | None = None,
+) -> dict[str, Any]:
+    """Run every cell; returns ``{"settings", "engine", "cells", ...}`` (see docs/bench.md)."""
+    own = session is None
+    if session is None:
+        biggest = max(settings.concurrency)
+        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=biggest + 8))
+    started = datetime.datetime.now(datetime.UTC)
+    clock = time.perf_counter()
+    try:
+        info: ServerInfo | None = None
+        info_error: str | None = None
+        try:
+            info = await fetch_server_info(session, endpoint)
+        except ServerInfoError as exc:
+            info_error = str(exc)
+        engine: dict[str, Any] = info.engine_summary() if info else {
+            "kind": None, "version": None, "sim_speed": None, "max_total_num_tokens": None,
+        }
+        engine["server_info_error"] = info_error
+        probe = await counters.read_counters(session, endpoint)
+        engine["metrics"] = probe.error is None
+        engine["metrics_error"] = probe.error
+        builder = PromptBuilder(session, endpoint)
+        cells: list[dict[str, Any]] = []
+        for context in settings.contexts:
+            for concurrency in settings.concurrency:
+                try:
+                    cell = await run_cell(
+                        session, endpoint, settings, builder, info, context=context, concurrency=concurrency
+                    )
+                except (aiohttp.ClientError, TimeoutError) as exc:
+                    cell = _empty_cell(context, concurrency, "error", f"{type(exc).__name__}: {exc}")
+                cells.append(cell)
+                if progress is not None:
+                    progress(cell)
+    finally:
+        if own:
+            await session.close()
+    return {
+        "settings": {**settings.as_dict(), "url": endpoint.base_url, "model": endpoint.model},
+        "engine": engine,
+        "cells": cells,
+        "started_at": started.isoformat(timespec="seconds"),
+        "wall_s": time.perf_counter() - clock,
+    }
+
+
+def cell_ok(cell: dict[str, Any]) -> bool:
+    return cell.get("status") in ("ok", "skipped")

@@ -1,0 +1,64 @@
+"""Correctness gates run on the same server instance as the benchmark.
+
+``run_gates(endpoint, expected, lossless_reference)`` runs the config echo,
+the losslessness comparison and the coding eval, and returns
+``{"coding": {...}, "lossless": {...}, "config_echo": {...}, "passed": bool}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+
+from repro_py.bench.server_info import ServerInfoError, fetch_server_info
+from repro_py.codeeval.problems import Problem
+from repro_py.endpoint import Endpoint
+from repro_py.gates.coding import DEFAULT_MAX_TOKENS, DEFAULT_MIN_PASS_RATE, run_coding
+from repro_py.gates.echo import echo_result
+from repro_py.gates.lossless import DEFAULT_MAX_NEW_TOKENS, run_lossless
+from repro_py.spec_config import SpecConfig
+
+__all__ = ["run_gates"]
+
+
+async def run_gates(
+    endpoint: Endpoint,
+    expected: SpecConfig,
+    lossless_reference: dict[str, Any] | None,
+    *,
+    coding_max_tokens: int = DEFAULT_MAX_TOKENS,
+    min_coding_pass_rate: float = DEFAULT_MIN_PASS_RATE,
+    lossless_max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+    problems: list[Problem] | None = None,
+    session: aiohttp.ClientSession | None = None,
+) -> dict[str, Any]:
+    """Run all three gates; ``passed`` is true only if each one passed.
+
+    ``lossless_reference`` is a reference as built by ``gates.lossless.make_reference``
+    (or ``None``: this config's outputs are then the reference, found in
+    ``result["lossless"]["output_ids"]``).
+    """
+    own = session is None
+    if session is None:
+        session = aiohttp.ClientSession()
+    try:
+        try:
+            info = await fetch_server_info(session, endpoint)
+            echo = echo_result(info, expected)
+        except ServerInfoError as exc:
+            echo = {"passed": False, "expected": expected.as_short(), "reported": None, "mismatches": [],
+                    "reason": str(exc)}
+        lossless = await run_lossless(session, endpoint, lossless_reference, max_new_tokens=lossless_max_new_tokens)
+        coding = await run_coding(
+            session, endpoint, problems, max_tokens=coding_max_tokens, min_pass_rate=min_coding_pass_rate
+        )
+    finally:
+        if own:
+            await session.close()
+    return {
+        "coding": coding,
+        "lossless": lossless,
+        "config_echo": echo,
+        "passed": bool(coding["passed"] and lossless["passed"] and echo["passed"]),
+    }

@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+import pytest
+
+from repro_py.bench import counters
+from repro_py.bench.matrix import BenchSettings, kv_skip_reason, summarize_cell
+
+
+def test_kv_skip_states_the_numbers() -> None:
+    reason = kv_skip_reason(context=8192, concurrency=64, requests=64, max_tokens=512,
+                            max_total_num_tokens=400_000, context_length=262_144)
+    assert reason is not None
+    assert "64" in reason and "8192" in reason and "512" in reason and "557056" in reason and "400000" in reason
+    assert kv_skip_reason(context=4096, concurrency=64, requests=64, max_tokens=512,
+                          max_total_num_tokens=400_000, context_length=262_144) is None
+    # fewer requests than slots: only that many are ever resident
+    assert kv_skip_reason(context=8192, concurrency=64, requests=8, max_tokens=512,
+                          max_total_num_tokens=400_000, context_length=None) is None
+
+
+def test_context_length_skip() -> None:
+    reason = kv_skip_reason(context=8192, concurrency=1, requests=1, max_tokens=512,
+                            max_total_num_tokens=None, context_length=8192)
+    assert reason is not None and "context_length 8192" in reason
+
+
+def _delta(gen: int, verify: int) -> counters.CounterDelta:
+    return counters.CounterDelta(gen, 0, verify, 1, gen / verify, None)
+
+
+def _rep(tps: float) -> dict[str, object]:
+    return {"output_tps": tps, "output_tps_per_request": tps, "ttft_ms": {"p50": 1.0}, "itl_ms": {"p50": 2.0},
+            "errors": 0, "requests": 4, "engine_output_tps": tps}
+
+
+def test_summary_pools_acceptance_and_flags_noise() -> None:
+    quiet = summarize_cell([_rep(100), _rep(101), _rep(99)], [_delta(490, 100), _delta(500, 100), _delta(510, 100)],
+                           0.05)
+    assert quiet["median"]["output_tps"] == 100
+    assert quiet["median"]["accept_length"] == pytest.approx(5.0)
+    assert quiet["median"]["verify_steps"] == 300
+    assert quiet["noisy"] is False
+    noisy = summarize_cell([_rep(100), _rep(150), _rep(80)], [_delta(5, 1)] * 3, 0.05)
+    assert noisy["noisy"] is True
+    assert noisy["cv"]["output_tps"] > 0.05
+
+
+def test_summary_keeps_the_reason_when_accept_is_unknown() -> None:
+    d = counters.CounterDelta(100, 0, None, 1, None, "sglang:spec_verify_calls_total is absent from /metrics")
+    got = summarize_cell([_rep(10)], [d], 0.05)
+    assert got["median"]["accept_length"] is None
+    assert "absent" in got["median"]["accept_length_reason"]
+    assert got["cv"]["output_tps"] is None and got["noisy"] is False
+
+
+def test_settings_validation() -> None:
+    with pytest.raises(ValueError, match="repeats"):
+        BenchSettings(repeats=0)
+    with pytest.raises(ValueError, match="contexts"):
+        BenchSettings(contexts=())
+    assert BenchSettings().requests_for(32) == 32
+    assert BenchSettings(requests_per_cell=5).requests_for(32) == 5

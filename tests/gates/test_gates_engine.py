@@ -1,0 +1,122 @@
+"""The gates against the simulated engine running as a real process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import aiohttp
+
+from repro_py.codeeval.problems import load_problems
+from repro_py.endpoint import Endpoint
+from repro_py.gates import run_gates
+from repro_py.gates.coding import run_coding
+from repro_py.gates.lossless import make_reference, run_lossless
+from repro_py.simengine.testing import REPO_ROOT, Engine, start_engine
+from repro_py.spec_config import validate
+
+from .conftest import ddtree_args
+
+Factory = Callable[[list[str]], Engine]
+DDTREE_B8 = validate({"algorithm": "ddtree", "budget": 8, "topk": 4, "window": 2048, "block_size": 8})
+TOKENS = 64
+
+
+async def test_baseline_reference_then_ddtree_passes_all_gates(engine_factory: Factory) -> None:
+    base = engine_factory([])
+    first = await run_gates(Endpoint(base.url), validate({"algorithm": "none"}), None, lossless_max_new_tokens=TOKENS)
+    assert first["passed"], json.dumps({k: v.get("reason") for k, v in first.items() if isinstance(v, dict)})
+    assert first["lossless"]["is_reference"] is True
+    reference = make_reference(first["lossless"]["output_ids"], max_new_tokens=TOKENS, source="baseline")
+    base.stop()
+
+    tree = engine_factory(ddtree_args())
+    res = await run_gates(Endpoint(tree.url), DDTREE_B8, reference)
+    assert res["config_echo"]["passed"], res["config_echo"]
+    assert res["lossless"]["passed"], res["lossless"]["reason"]
+    assert res["lossless"]["exact_match_rate"] == 1.0
+    assert res["lossless"]["first_divergence"] is None
+    coding = res["coding"]
+    assert coding["total"] >= 10
+    assert coding["counts"]["pass"] == coding["total"], coding["problems"]
+    assert coding["max_tokens"] == 1024
+    assert all(p["reasoning_blocks_ignored"] >= 1 for p in coding["problems"])  # the drafts were in the reasoning
+    assert "netns" in coding["isolation"] or "guard" in coding["isolation"]
+    assert res["passed"] is True
+
+
+async def test_mask_offset_fault_fails_lossless_with_a_divergence_index(engine_factory: Factory) -> None:
+    good = engine_factory(ddtree_args())
+    async with aiohttp.ClientSession() as session:
+        ref_run = await run_lossless(session, Endpoint(good.url), None, max_new_tokens=TOKENS)
+    reference = make_reference(ref_run["output_ids"], max_new_tokens=TOKENS, source="first config")
+    good.stop()
+    broken = engine_factory([*ddtree_args(), "--sim-fault", "mask-offset"])
+    async with aiohttp.ClientSession() as session:
+        res = await run_lossless(session, Endpoint(broken.url), reference)
+    assert res["passed"] is False
+    assert isinstance(res["first_divergence"], int)
+    assert res["first_divergence"] < TOKENS
+    assert res["exact_match_rate"] < 1.0
+    assert "diverge" in res["reason"]
+    bad_rows = [p for p in res["prompts"] if not p["exact"]]
+    assert bad_rows and all(isinstance(p["first_divergence"], int) for p in bad_rows)
+
+
+async def test_config_echo_mismatch_is_detected(engine_factory: Factory) -> None:
+    eng = engine_factory(ddtree_args(budget=8, topk=4))
+    wanted = validate({"budget": 16, "topk": 4, "window": 2048})
+    res = await run_gates(Endpoint(eng.url), wanted, None, lossless_max_new_tokens=8,
+                          problems=load_problems()[:1])
+    echo = res["config_echo"]
+    assert echo["passed"] is False
+    assert echo["mismatches"] == [{"field": "speculative_ddtree_budget", "expected": 16, "got": 8}]
+    assert res["passed"] is False
+
+
+async def test_small_max_tokens_is_classified_truncated(engine_factory: Factory) -> None:
+    eng = engine_factory(ddtree_args())
+    problems = load_problems()[:4]
+    async with aiohttp.ClientSession() as session:
+        res = await run_coding(session, Endpoint(eng.url), problems, max_tokens=48)
+    assert res["passed"] is False
+    assert res["counts"]["truncated"] == len(problems), res["problems"]
+    assert all(p["finish_reason"] == "length" for p in res["problems"])
+
+
+async def test_coding_without_reasoning_parser_splits_on_think(engine_factory: Factory, tmp_path: Path) -> None:
+    eng = start_engine([*ddtree_args(), "--sim-load-seconds", "0", "--sim-warmup-seconds", "0", "--sim-speed", "200"],
+                       model_root=tmp_path / "models")
+    try:
+        eng.wait_ready(timeout=60)
+        async with aiohttp.ClientSession() as session:
+            res = await run_coding(session, Endpoint(eng.url), load_problems()[:3])
+    finally:
+        eng.stop()
+    assert res["counts"]["pass"] == 3, res["problems"]
+    assert all(p["code_source"] == "content after </think>" for p in res["problems"])
+
+
+def test_cli_reference_roundtrip(engine_factory: Factory, tmp_path: Path) -> None:
+    eng = engine_factory(ddtree_args())
+    ref = tmp_path / "ref.json"
+    out = tmp_path / "gates.json"
+    common = [sys.executable, "-m", "repro_py.gates", "--url", eng.url, "--lossless-tokens", "16"]
+    first = subprocess.run([*common, "--expect", "budget=8,topk=4,window=2048", "--write-reference", str(ref)],
+                           capture_output=True, text=True, cwd=REPO_ROOT, timeout=180, check=False)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert json.loads(ref.read_text())["max_new_tokens"] == 16
+    second = subprocess.run([*common, "--expect", "budget=16,topk=4,window=2048", "--reference", str(ref),
+                             "--out", str(out)], capture_output=True, text=True, cwd=REPO_ROOT, timeout=180,
+                            check=False)
+    assert second.returncode == 1
+    assert "speculative_ddtree_budget" in second.stdout
+    data = json.loads(out.read_text())
+    assert data["lossless"]["passed"] is True and data["config_echo"]["passed"] is False
+    usage = subprocess.run([*common, "--expect", "budget=0"], capture_output=True, text=True, cwd=REPO_ROOT,
+                           timeout=60, check=False)
+    assert usage.returncode == 2
+    assert "budget" in usage.stderr
