@@ -164,6 +164,12 @@ def validate(
                     "(config.json); the drafter is out of distribution beyond its trained block. "
                     "Set allow_block_mismatch=true to run it anyway"
                 )
+        if window is not None and block_size is not None and window < block_size:
+            # sglang 0.5.23's _handle_dflash refuses this at startup.
+            problems.append(
+                f"window={window} is smaller than block_size={block_size}; "
+                "the draft window must hold at least one block (window >= block_size)"
+            )
         if algorithm == "dflash":
             for key in ("budget", "topk"):
                 if raw.get(key) is not None:

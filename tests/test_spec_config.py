@@ -39,6 +39,7 @@ def test_extra_var_strings_are_accepted_as_integers() -> None:
         ({"budget": 8, "topk": 4, "window": 0}, "window=0 is out of range"),
         ({"budget": 8, "topk": 4, "window": "abc"}, "window='abc' is not an integer"),
         ({"budget": 8, "topk": 4, "block_size": 12}, "block_size=12 is not allowed; allowed: 8, 16"),
+        ({"budget": 8, "topk": 4, "window": 4, "block_size": 8}, "window=4 is smaller than block_size=8"),
         ({"budget": 8}, "topk is required for algorithm=ddtree"),
         ({"topk": 4}, "budget is required for algorithm=ddtree"),
         ({"algorithm": "eagle"}, "algorithm='eagle' is not allowed; allowed: ddtree, dflash, none"),
