@@ -1,0 +1,201 @@
+"""PNG plots of a sweep run (matplotlib, Agg backend; no display needed).
+
+``tps_vs_concurrency.png``   aggregate tok/s vs concurrency, one line per config, one panel per context
+``acceptance_vs_budget.png`` acceptance length vs DDTree budget (one line per top-K; DFlash as reference lines)
+``pareto.png``               single-stream vs aggregate tok/s, the Pareto front of gate-passing configs
+
+A simulated run carries SIMULATED in every title and as a watermark.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from repro_py.report.tables import Run, cell_rows
+
+SIM_MARK = "SIMULATED"
+
+
+def _title(text: str, simulated: bool) -> str:
+    return f"{SIM_MARK}: {text}" if simulated else text
+
+
+def _finish(fig: Any, path: Path, simulated: bool) -> Path:
+    if simulated:
+        fig.text(
+            0.5,
+            0.5,
+            SIM_MARK,
+            fontsize=54,
+            color="red",
+            alpha=0.12,
+            ha="center",
+            va="center",
+            rotation=30,
+            weight="bold",
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    fig.savefig(tmp, format="png", dpi=110, metadata={"Title": path.stem + (f" ({SIM_MARK})" if simulated else "")})
+    plt.close(fig)
+    tmp.replace(path)
+    return path
+
+
+def _empty(ax: Any, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="gray")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def tps_vs_concurrency(run: Run, path: Path) -> Path:
+    sim = run.simulated
+    contexts = run.contexts or [0]
+    fig, axes = plt.subplots(
+        1, len(contexts), figsize=(4.2 * len(contexts) + 2.5, 4.4), squeeze=False, layout="constrained"
+    )
+    series: dict[tuple[int, str], list[tuple[int, float]]] = defaultdict(list)
+    gate_ok: dict[str, bool] = {}
+    for item in cell_rows(run):
+        if item["output_tps"] is None:
+            continue
+        series[(int(item["context"]), str(item["label"]))].append((int(item["concurrency"]), float(item["output_tps"])))
+        gate_ok[str(item["label"])] = bool(item["gates_passed"])
+    for ax, context in zip(axes[0], contexts, strict=True):
+        plotted = False
+        for (ctx, label), points in sorted(series.items()):
+            if ctx != context:
+                continue
+            points.sort()
+            style = "-" if gate_ok.get(label) else ":"
+            ax.plot(
+                [p[0] for p in points],
+                [p[1] for p in points],
+                style,
+                marker="o",
+                label=label + ("" if gate_ok.get(label) else " (gate failed)"),
+            )
+            plotted = True
+        ax.set_title(f"context {context} tokens")
+        if plotted:
+            ax.set_xscale("log", base=2)
+            ticks = run.concurrency
+            ax.set_xticks(ticks, labels=[str(t) for t in ticks])
+            ax.minorticks_off()
+            ax.set_xlabel("concurrency")
+            ax.set_ylabel("aggregate output tok/s")
+            ax.grid(True, alpha=0.3)
+        else:
+            _empty(ax, "no successful cells")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="outside right center", fontsize="small")
+    fig.suptitle(_title("tokens/s vs concurrency per config", sim))
+    return _finish(fig, path, sim)
+
+
+def acceptance_vs_budget(run: Run, path: Path) -> Path:
+    sim = run.simulated
+    contexts, conc = run.contexts, run.concurrency
+    short = contexts[0] if contexts else None
+    low = conc[0] if conc else None
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    by_topk: dict[tuple[object, object, object], list[tuple[int, float]]] = defaultdict(list)
+    flat: list[tuple[str, float]] = []
+    failed: list[tuple[str, int, float]] = []
+    for result in run.results:
+        cfg: Mapping[str, Any] = result.get("config") or {}
+        accept = None
+        for cell in (result.get("bench") or {}).get("cells") or []:
+            if cell.get("context") == short and cell.get("concurrency") == low and cell.get("status") == "ok":
+                accept = (cell.get("median") or {}).get("accept_length")
+        if not isinstance(accept, int | float):
+            continue
+        if result.get("status") != "ok" or not (result.get("gates") or {}).get("passed"):
+            if isinstance(cfg.get("budget"), int):
+                failed.append((str(result.get("label")), int(cfg["budget"]), float(accept)))
+            continue
+        if cfg.get("algorithm") == "ddtree" and isinstance(cfg.get("budget"), int):
+            key = (cfg.get("topk"), cfg.get("block_size"), cfg.get("window"))
+            by_topk[key].append((int(cfg["budget"]), float(accept)))
+        else:
+            flat.append((str(result.get("label")), float(accept)))
+    for (topk, block, window), points in sorted(by_topk.items(), key=lambda kv: str(kv[0])):
+        points.sort()
+        ax.plot(
+            [p[0] for p in points],
+            [p[1] for p in points],
+            marker="o",
+            label=f"ddtree topk={topk} bs={block} w={window}",
+        )
+    for label, accept in flat:
+        ax.axhline(accept, linestyle="--", alpha=0.6, label=f"{label} ({accept:.2f})")
+    for label, budget, accept in failed:
+        ax.scatter([budget], [accept], marker="x", color="red", label=f"{label} (gate failed)")
+    if by_topk or flat or failed:
+        ax.set_xlabel("DDTree budget (nodes)")
+        ax.set_ylabel(f"acceptance length (context {short}, concurrency {low})")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize="small")
+    else:
+        _empty(ax, "no acceptance figures")
+    ax.set_title(_title("acceptance vs budget", sim))
+    fig.tight_layout()
+    return _finish(fig, path, sim)
+
+
+def pareto_front(points: Sequence[tuple[str, float, float]]) -> list[tuple[str, float, float]]:
+    """Points not dominated in (x, y), both larger-is-better; sorted by x."""
+    front = [
+        p for p in points if not any(q[1] >= p[1] and q[2] >= p[2] and (q[1] > p[1] or q[2] > p[2]) for q in points)
+    ]
+    return sorted(front, key=lambda p: p[1])
+
+
+def pareto(run: Run, table: Sequence[Mapping[str, Any]], path: Path) -> Path:
+    sim = run.simulated
+    fig, ax = plt.subplots(figsize=(6.5, 4.8))
+    ok_points: list[tuple[str, float, float]] = []
+    bad_points: list[tuple[str, float, float]] = []
+    for row in table:
+        x, y = row.get("single_stream_tps"), row.get("aggregate_tps")
+        if not isinstance(x, int | float) or not isinstance(y, int | float):
+            continue
+        (ok_points if row.get("gates_passed") else bad_points).append((str(row["label"]), float(x), float(y)))
+    if ok_points or bad_points:
+        if ok_points:
+            ax.scatter([p[1] for p in ok_points], [p[2] for p in ok_points], label="gates passed")
+            front = pareto_front(ok_points)
+            ax.plot([p[1] for p in front], [p[2] for p in front], "-", color="green", alpha=0.6, label="Pareto front")
+        if bad_points:
+            ax.scatter(
+                [p[1] for p in bad_points], [p[2] for p in bad_points], marker="x", color="red", label="gate failed"
+            )
+        for label, x, y in ok_points + bad_points:
+            ax.annotate(label, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        conc = run.concurrency
+        ax.set_xlabel(f"single-stream tok/s (concurrency {conc[0] if conc else '?'})")
+        ax.set_ylabel(f"aggregate tok/s (concurrency {conc[-1] if conc else '?'})")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize="small")
+    else:
+        _empty(ax, "no configs with both figures")
+    ax.set_title(_title("single-stream vs aggregate throughput", sim))
+    fig.tight_layout()
+    return _finish(fig, path, sim)
+
+
+def render_all(run: Run, table: Sequence[Mapping[str, Any]], out_dir: Path) -> dict[str, Path]:
+    return {
+        "tps_vs_concurrency": tps_vs_concurrency(run, out_dir / "tps_vs_concurrency.png"),
+        "acceptance_vs_budget": acceptance_vs_budget(run, out_dir / "acceptance_vs_budget.png"),
+        "pareto": pareto(run, table, out_dir / "pareto.png"),
+    }

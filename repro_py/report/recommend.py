@@ -1,0 +1,132 @@
+"""Winner per objective, subject to the gates.
+
+A config is eligible only when it finished (``status == "ok"``) and every
+gate passed; a config that is fast but garbles, fails the coding eval or does
+not echo its settings never wins. Within an objective the highest median
+figure wins; when the runner-up is within the measured spread (twice the
+larger coefficient of variation) the note says so, and a noisy winner cell is
+flagged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+    key: str
+    title: str
+    metric: str
+    cv: str
+    unit: str
+    cell: str
+
+
+OBJECTIVES: tuple[Objective, ...] = (
+    Objective(
+        "single_stream",
+        "single-stream latency",
+        "single_stream_tps",
+        "single_stream_cv",
+        "tok/s",
+        "lowest concurrency, shortest context",
+    ),
+    Objective(
+        "throughput",
+        "throughput at high concurrency",
+        "aggregate_tps",
+        "aggregate_cv",
+        "tok/s",
+        "highest concurrency, shortest context",
+    ),
+    Objective(
+        "long_context",
+        "long context",
+        "long_context_tps",
+        "long_context_cv",
+        "tok/s",
+        "lowest concurrency, longest context",
+    ),
+)
+
+
+@dataclasses.dataclass
+class Winner:
+    objective: Objective
+    label: str | None
+    value: float | None
+    runner_up: str | None
+    runner_up_value: float | None
+    eligible: int
+    excluded: list[str]
+    note: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "objective": self.objective.key,
+            "title": self.objective.title,
+            "label": self.label,
+            "value": self.value,
+            "runner_up": self.runner_up,
+            "runner_up_value": self.runner_up_value,
+            "eligible": self.eligible,
+            "excluded": self.excluded,
+            "note": self.note,
+        }
+
+
+def _value(row: Mapping[str, Any], key: str) -> float | None:
+    v = row.get(key)
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def pick(objective: Objective, table: Sequence[Mapping[str, Any]]) -> Winner:
+    eligible: list[tuple[float, Mapping[str, Any]]] = []
+    excluded: list[str] = []
+    for row in table:
+        value = _value(row, objective.metric)
+        if row.get("status") != "ok":
+            excluded.append(f"{row.get('label')} ({row.get('failure_class')})")
+            continue
+        if not row.get("gates_passed"):
+            excluded.append(f"{row.get('label')} (gates)")
+            continue
+        if value is None:
+            excluded.append(f"{row.get('label')} (no {objective.cell} figure)")
+            continue
+        eligible.append((value, row))
+    if not eligible:
+        return Winner(objective, None, None, None, None, 0, excluded, "no config passed the gates with this figure")
+    eligible.sort(key=lambda item: item[0], reverse=True)
+    best_v, best = eligible[0]
+    notes: list[str] = []
+    runner_label: str | None = None
+    runner_v: float | None = None
+    if len(eligible) > 1:
+        runner_v, runner = eligible[1]
+        runner_label = str(runner.get("label"))
+        cv = max(_value(best, objective.cv) or 0.0, _value(runner, objective.cv) or 0.0)
+        margin = (best_v - runner_v) / best_v if best_v > 0 else 0.0
+        if margin <= 2 * cv:
+            notes.append(f"within measured spread of {runner_label} (margin {margin:.1%}, CV up to {cv:.1%})")
+        else:
+            notes.append(f"{margin:.1%} ahead of {runner_label}")
+    if (_value(best, objective.cv) or 0.0) > 0.05:
+        notes.append("winner's cell is noisy (CV > 5%)")
+    return Winner(
+        objective,
+        str(best.get("label")),
+        best_v,
+        runner_label,
+        runner_v,
+        len(eligible),
+        excluded,
+        "; ".join(notes),
+    )
+
+
+def recommend(table: Sequence[Mapping[str, Any]]) -> list[Winner]:
+    return [pick(objective, table) for objective in OBJECTIVES]

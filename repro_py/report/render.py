@@ -1,0 +1,137 @@
+"""Build a run's report from its result files: ``summary.md``, ``summary.csv``, ``plots/*.png``.
+
+``python -m repro_py.report RUN_DIR`` rebuilds it (and nothing reads the
+engine: the files are the only input). Markdown comes from the Jinja2
+template ``templates/report/summary.md.j2``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from repro_py import manifest
+from repro_py.atomicio import write_text_atomic
+from repro_py.exitcodes import ExitCode
+from repro_py.report import plots, recommend, tables
+
+TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "templates" / "report"
+SUMMARY_TEMPLATE = "summary.md.j2"
+
+
+def md_cell(value: object) -> str:
+    """A value safe inside a Markdown table cell."""
+    if value is None:
+        return "-"
+    text = str(value).replace("\r", " ").replace("\n", " ").replace("|", "\\|")
+    return text.strip() or "-"
+
+
+def fmt(value: object, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def pct(value: object) -> str:
+    return "-" if not isinstance(value, int | float) else f"{value:.1%}"
+
+
+def short_hash(value: object) -> str:
+    return "-" if not value else str(value)[:12]
+
+
+def environment(template_dir: Path = TEMPLATE_DIR) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(template_dir)),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,  # Markdown, not HTML
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update({"md": md_cell, "fmt": fmt, "pct": pct, "short": short_hash})
+    return env
+
+
+def context(
+    run: tables.Run, table: list[dict[str, Any]], winners: list[recommend.Winner], plot_paths: dict[str, Path]
+) -> dict[str, Any]:
+    plan = run.plan
+    failed = [r for r in table if r["status"] != "ok"]
+    engines = sorted({str((res.get("engine") or {}).get("version")) for res in run.results} - {"None", ""})
+    speeds = sorted({r["sim_speed"] for r in table if isinstance(r.get("sim_speed"), float)})
+    fingerprints = [{"label": res.get("label"), **(res.get("fingerprint") or {})} for res in run.results]
+    return {
+        "run_id": run.run_id,
+        "simulated": run.simulated,
+        "sim_speeds": speeds,
+        "host": plan.get("host") or "-",
+        "endpoint": plan.get("endpoint") or "-",
+        "grid_source": plan.get("grid_source") or "-",
+        "bench": plan.get("bench") or {},
+        "state": run.state,
+        "planned": len(plan.get("configs") or []),
+        "finished": len(table),
+        "ok": [r for r in table if r["status"] == "ok"],
+        "failed": failed,
+        "rows": table,
+        "winners": [w.as_dict() for w in winners],
+        "contexts": run.contexts,
+        "concurrency": run.concurrency,
+        "engine_versions": engines,
+        "fingerprints": fingerprints,
+        "plots": {name: path.relative_to(run.path).as_posix() for name, path in plot_paths.items()},
+        "missing": [
+            item.get("label")
+            for item in plan.get("configs") or []
+            if isinstance(item, dict) and item.get("label") not in {r["label"] for r in table}
+        ],
+    }
+
+
+def build_report(run_path: Path, *, template_dir: Path = TEMPLATE_DIR) -> dict[str, Path]:
+    """Write summary.md, summary.csv and plots/*.png under ``run_path``; return their paths."""
+    run = tables.load_run(run_path)
+    table = tables.rows(run)
+    winners = recommend.recommend(table)
+    plot_paths = plots.render_all(run, table, run_path / "plots")
+    ctx = context(run, table, winners, plot_paths)
+    text = environment(template_dir).get_template(SUMMARY_TEMPLATE).render(**ctx)
+    summary_md = run_path / "summary.md"
+    summary_csv = run_path / "summary.csv"
+    write_text_atomic(summary_md, text)
+    write_text_atomic(summary_csv, tables.to_csv(table))
+    return {"summary_md": summary_md, "summary_csv": summary_csv, **plot_paths}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m repro_py.report", description="Rebuild a sweep run's report from its result files."
+    )
+    parser.add_argument("run_dir", type=Path, help="results/<run-id>")
+    parser.add_argument("--no-manifest", action="store_true", help="do not rewrite the run's MANIFEST.sha256")
+    args = parser.parse_args(argv)
+    run_dir: Path = args.run_dir
+    if not (run_dir / "plan.json").is_file() and not (run_dir / "configs").is_dir():
+        print(f"report: {run_dir} has neither plan.json nor configs/", file=sys.stderr)
+        return ExitCode.USAGE
+    paths = build_report(run_dir)
+    if not args.no_manifest:
+        manifest.write(run_dir)
+    for name, path in paths.items():
+        print(f"{name}: {path}")
+    return ExitCode.OK
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

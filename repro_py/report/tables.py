@@ -1,0 +1,229 @@
+"""Tables of a sweep run, from its files only (``plan.json``, ``configs/*.json``).
+
+Objective figures per config (medians over repeats, from the bench cells):
+
+``single_stream_tps``  aggregate output tok/s at the lowest concurrency, shortest context
+``aggregate_tps``      aggregate output tok/s at the highest concurrency, shortest context
+``long_context_tps``   aggregate output tok/s at the lowest concurrency, longest context
+``accept_length``      counter-derived acceptance length at the single-stream cell
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+CSV_COLUMNS: tuple[str, ...] = (
+    "engine",
+    "label",
+    "algorithm",
+    "budget",
+    "topk",
+    "window",
+    "block_size",
+    "sim_fault",
+    "status",
+    "failure_class",
+    "failure_reason",
+    "gates_passed",
+    "single_stream_tps",
+    "single_stream_cv",
+    "aggregate_tps",
+    "aggregate_cv",
+    "long_context_tps",
+    "long_context_cv",
+    "accept_length",
+    "ttft_p50_ms",
+    "itl_p50_ms",
+    "noisy_cells",
+    "error_cells",
+    "time_to_ready_s",
+    "sim_speed",
+    "engine_version",
+    "unit_sha256",
+    "wall_s",
+)
+
+
+@dataclasses.dataclass
+class Run:
+    path: Path
+    plan: dict[str, Any]
+    results: list[dict[str, Any]]
+    state: dict[str, Any]
+
+    @property
+    def run_id(self) -> str:
+        return str(self.plan.get("run_id") or self.path.name)
+
+    @property
+    def simulated(self) -> bool:
+        if self.plan.get("simulated") is True:
+            return True
+        return any((r.get("engine") or {}).get("kind") == "simulated" for r in self.results) or any(
+            (r.get("fingerprint") or {}).get("engine_kind") == "simulated" for r in self.results
+        )
+
+    @property
+    def contexts(self) -> list[int]:
+        return sorted({int(c["context"]) for r in self.results for c in _cells(r) if "context" in c}) or list(
+            (self.plan.get("bench") or {}).get("contexts") or []
+        )
+
+    @property
+    def concurrency(self) -> list[int]:
+        return sorted({int(c["concurrency"]) for r in self.results for c in _cells(r) if "concurrency" in c}) or list(
+            (self.plan.get("bench") or {}).get("concurrency") or []
+        )
+
+
+def _load_json(path: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def load_run(path: Path) -> Run:
+    plan = _load_json(path / "plan.json")
+    results = [doc for p in sorted((path / "configs").glob("*.json")) if (doc := _load_json(p))]
+    order = {item.get("label"): i for i, item in enumerate(plan.get("configs") or []) if isinstance(item, dict)}
+    results.sort(key=lambda r: (order.get(r.get("label"), len(order)), str(r.get("label"))))
+    return Run(path=path, plan=plan, results=results, state=_load_json(path / "state.json"))
+
+
+def _cells(result: Mapping[str, Any]) -> list[dict[str, Any]]:
+    cells = (result.get("bench") or {}).get("cells") or []
+    return [c for c in cells if isinstance(c, dict)]
+
+
+def find_cell(result: Mapping[str, Any], context: int | None, concurrency: int | None) -> dict[str, Any] | None:
+    for cell in _cells(result):
+        if cell.get("context") == context and cell.get("concurrency") == concurrency and cell.get("status") == "ok":
+            return cell
+    return None
+
+
+def _num(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def cell_figure(cell: Mapping[str, Any] | None, key: str) -> float | None:
+    if cell is None:
+        return None
+    return _num((cell.get("median") or {}).get(key))
+
+
+def cell_cv(cell: Mapping[str, Any] | None) -> float | None:
+    if cell is None:
+        return None
+    return _num((cell.get("cv") or {}).get("output_tps"))
+
+
+def _pct(cell: Mapping[str, Any] | None, key: str) -> float | None:
+    if cell is None:
+        return None
+    block = (cell.get("median") or {}).get(key) or {}
+    return _num(block.get("p50")) if isinstance(block, Mapping) else None
+
+
+def gates_passed(result: Mapping[str, Any]) -> bool:
+    gates = result.get("gates") or {}
+    return result.get("status") == "ok" and gates.get("passed") is True
+
+
+def row(run: Run, result: Mapping[str, Any]) -> dict[str, Any]:
+    contexts, conc = run.contexts, run.concurrency
+    short = contexts[0] if contexts else None
+    long_ = contexts[-1] if contexts else None
+    low = conc[0] if conc else None
+    high = conc[-1] if conc else None
+    single = find_cell(result, short, low)
+    agg = find_cell(result, short, high)
+    longc = find_cell(result, long_, low)
+    cfg = result.get("config") or {}
+    failure = result.get("failure") or {}
+    engine = result.get("engine") or {}
+    fp = result.get("fingerprint") or {}
+    cells = _cells(result)
+    simulated = engine.get("kind") == "simulated" or fp.get("engine_kind") == "simulated" or run.simulated
+    return {
+        "engine": "SIMULATED" if simulated else "real",
+        "label": result.get("label"),
+        "algorithm": cfg.get("algorithm"),
+        "budget": cfg.get("budget"),
+        "topk": cfg.get("topk"),
+        "window": cfg.get("window"),
+        "block_size": cfg.get("block_size"),
+        "sim_fault": cfg.get("sim_fault"),
+        "status": result.get("status"),
+        "failure_class": failure.get("class"),
+        "failure_reason": failure.get("reason"),
+        "journal": list(failure.get("journal") or []),
+        "gates_passed": gates_passed(result),
+        "single_stream_tps": cell_figure(single, "output_tps"),
+        "single_stream_cv": cell_cv(single),
+        "aggregate_tps": cell_figure(agg, "output_tps"),
+        "aggregate_cv": cell_cv(agg),
+        "long_context_tps": cell_figure(longc, "output_tps"),
+        "long_context_cv": cell_cv(longc),
+        "accept_length": cell_figure(single, "accept_length"),
+        "ttft_p50_ms": _pct(single, "ttft_ms"),
+        "itl_p50_ms": _pct(single, "itl_ms"),
+        "noisy_cells": sum(1 for c in cells if c.get("noisy")),
+        "error_cells": sum(1 for c in cells if c.get("status") == "error"),
+        "time_to_ready_s": _num((result.get("reconfigure") or {}).get("time_to_ready_s")),
+        "sim_speed": _num(engine.get("sim_speed")),
+        "engine_version": engine.get("version") or fp.get("sglang_version"),
+        "unit_sha256": fp.get("unit_sha256"),
+        "wall_s": _num(result.get("wall_s")),
+    }
+
+
+def rows(run: Run) -> list[dict[str, Any]]:
+    return [row(run, r) for r in run.results]
+
+
+def cell_rows(run: Run) -> Iterable[dict[str, Any]]:
+    """One row per (config, cell): for plots and the per-cell CSV."""
+    for result in run.results:
+        for cell in _cells(result):
+            yield {
+                "label": result.get("label"),
+                "status": result.get("status"),
+                "gates_passed": gates_passed(result),
+                "context": cell.get("context"),
+                "concurrency": cell.get("concurrency"),
+                "cell_status": cell.get("status"),
+                "output_tps": cell_figure(cell, "output_tps") if cell.get("status") == "ok" else None,
+                "accept_length": cell_figure(cell, "accept_length") if cell.get("status") == "ok" else None,
+                "cv": cell_cv(cell),
+                "noisy": bool(cell.get("noisy")),
+            }
+
+
+def _csv_value(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value).replace("\n", " ")
+
+
+def to_csv(table: list[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for item in table:
+        writer.writerow([_csv_value(item.get(col)) for col in CSV_COLUMNS])
+    return buf.getvalue()

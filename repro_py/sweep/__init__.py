@@ -1,0 +1,1 @@
+"""Sweep speculative-decoding configs on one host (see docs/sweep.md)."""

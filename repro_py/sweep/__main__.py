@@ -1,0 +1,7 @@
+"""``python -m repro_py.sweep``."""
+
+import sys
+
+from repro_py.sweep.cli import main
+
+sys.exit(main())

@@ -1,0 +1,328 @@
+"""``python -m repro_py.sweep INVENTORY [options]``: plan, run, report and seal a sweep.
+
+Exit codes (:class:`repro_py.exitcodes.ExitCode`): 0 the sweep ran to the end
+(failed configs are results, listed with reasons in the report); 1 the sweep
+ran but restoring the default config failed; 2 bad command line or an
+invalid plan (nothing was restarted); 130 interrupted (resumable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from repro_py import manifest
+from repro_py.atomicio import write_json_atomic
+from repro_py.endpoint import Endpoint
+from repro_py.exitcodes import ExitCode
+from repro_py.report.render import build_report
+from repro_py.spec_config import SHORT_KEYS
+from repro_py.sweep import plan as planmod
+from repro_py.sweep import state
+from repro_py.sweep.localproc import LocalProcessReconfigurer, free_port
+from repro_py.sweep.measure import BundleMeasure
+from repro_py.sweep.plan import BenchPlan, Plan, PlanError, Target
+from repro_py.sweep.reconfigure import AnsibleReconfigurer
+from repro_py.sweep.runner import SweepOptions, SweepRunner
+
+_RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+def _ints(values: Sequence[str] | None, flag: str) -> tuple[int, ...] | None:
+    if not values:
+        return None
+    out: list[int] = []
+    for value in values:
+        for piece in str(value).split(","):
+            part = piece.strip()
+            if not part:
+                continue
+            if not part.isdigit() or int(part) < 1:
+                raise PlanError([f"{flag} {part!r}: positive integers expected"])
+            out.append(int(part))
+    return tuple(out)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m repro_py.sweep",
+        description="Sweep speculative-decoding configs on one host: reconfigure, benchmark, gate, report.",
+    )
+    p.add_argument("inventory", type=Path, help="Ansible inventory (e.g. inventory/local)")
+    p.add_argument("--grid", type=Path, help="YAML with configs: (a list) and/or grid: (a cartesian product)")
+    p.add_argument("--run-id", help="name of the run directory (default: <UTC time>-<host>)")
+    p.add_argument("--results", type=Path, default=Path("results"), help="results root (default: results/)")
+    p.add_argument("--resume", action="store_true", help="continue a run: skip configs whose fingerprint matches")
+    p.add_argument("--retry-failed", action="store_true", help="with --resume, rerun configs that failed")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated duration; run nothing")
+    p.add_argument("--no-restore", action="store_true", help="leave the last config running at the end")
+    p.add_argument("--bench-contexts", nargs="+", metavar="N", help="context lengths (tokens), e.g. 60 1024 4096")
+    p.add_argument("--bench-concurrency", nargs="+", metavar="N", help="concurrency levels, e.g. 1 8 32")
+    p.add_argument("--repeats", type=int, help="repeats per cell (default 3)")
+    p.add_argument("--max-tokens", type=int, help="max output tokens per request (default 512)")
+    p.add_argument("--limit-hosts", metavar="HOST", help="the inventory host (or group) to sweep when it has several")
+    p.add_argument(
+        "--reconfigurer",
+        choices=("ansible", "local"),
+        default="ansible",
+        help="ansible: playbooks/reconfigure.yml (default); local: simulated engine as a local process "
+        "(simulated inventories only; development aid)",
+    )
+    p.add_argument(
+        "-e",
+        "--extra-var",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an extra var for every reconfigure play (YAML value), e.g. sglang_service_sim_speed=10; "
+        "the config's own keys cannot be set this way",
+    )
+    p.add_argument("--no-report", action="store_true", help="skip summary/plots/manifest at the end")
+    return p
+
+
+_RESERVED_VARS = frozenset({*SHORT_KEYS, planmod.SIM_FAULT_KEY, "sglang_service_report_path"})
+
+
+def parse_extra_vars(items: Sequence[str]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key.isidentifier():
+            raise PlanError([f"--extra-var {item!r}: KEY=VALUE expected"])
+        if key in _RESERVED_VARS:
+            raise PlanError([f"--extra-var {key}: set by the sweep per config (use the grid)"])
+        try:
+            out[key] = yaml.safe_load(value) if value.strip() else ""
+        except yaml.YAMLError as exc:
+            raise PlanError([f"--extra-var {item!r}: {exc}"]) from exc
+    return out
+
+
+def _stored_plan(run_dir: state.RunDir) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(run_dir.plan.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _bench_plan(args: argparse.Namespace, stored: dict[str, Any] | None) -> BenchPlan:
+    base = BenchPlan()
+    if stored and isinstance(stored.get("bench"), dict):
+        b = stored["bench"]
+        base = BenchPlan(
+            contexts=tuple(b.get("contexts") or base.contexts),
+            concurrency=tuple(b.get("concurrency") or base.concurrency),
+            repeats=int(b.get("repeats") or base.repeats),
+            max_tokens=int(b.get("max_tokens") or base.max_tokens),
+        )
+    contexts = _ints(args.bench_contexts, "--bench-contexts") or base.contexts
+    concurrency = _ints(args.bench_concurrency, "--bench-concurrency") or base.concurrency
+    repeats = base.repeats if args.repeats is None else args.repeats
+    max_tokens = base.max_tokens if args.max_tokens is None else args.max_tokens
+    if repeats < 1 or max_tokens < 1:
+        raise PlanError(["--repeats and --max-tokens must be >= 1"])
+    return BenchPlan(contexts=contexts, concurrency=concurrency, repeats=repeats, max_tokens=max_tokens)
+
+
+def print_plan(console: Console, plan: Plan, run_id: str) -> None:
+    title = f"sweep plan {run_id}: {len(plan.configs)} configs on {plan.target.host} ({plan.target.endpoint.base_url})"
+    if plan.simulated:
+        title = "SIMULATED " + title
+    table = Table(title=title)
+    for col in ("#", "label", "algorithm", "budget", "topk", "window", "block", "sim_fault"):
+        table.add_column(col)
+    for index, cfg in enumerate(plan.configs, start=1):
+        s = cfg.spec
+        table.add_row(
+            str(index),
+            cfg.label,
+            s.algorithm,
+            *("-" if v is None else str(v) for v in (s.budget, s.topk, s.window, s.block_size)),
+            cfg.sim_fault or "",
+        )
+    console.print(table)
+    est = plan.estimate
+    b = plan.bench
+    console.print(
+        f"grid from {plan.grid_source}; bench {len(b.contexts)} contexts {list(b.contexts)} x "
+        f"{len(b.concurrency)} concurrency {list(b.concurrency)} x {b.repeats} repeats, max_tokens {b.max_tokens}"
+    )
+    console.print(
+        f"estimated duration: {planmod.format_duration(est['total_s'])} "
+        f"(per config: restart {planmod.format_duration(est['load_s_per_config'])} + {b.cells} cells x "
+        f"{est['bench_s_per_cell']:.0f} s + gates {planmod.format_duration(est['gates_s_per_config'])}; "
+        f"plus restoring the default config)"
+    )
+    if plan.default_config is not None:
+        console.print(f"default config restored at the end: {plan.default_config.label}")
+
+
+def _default_run_id(target: Target) -> str:
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
+    host = re.sub(r"[^A-Za-z0-9._-]", "-", target.host)
+    return f"{stamp}-{host}"
+
+
+def _local_target(target: Target, port: int) -> Target:
+    ep = Endpoint(f"http://127.0.0.1:{port}", api_key=target.endpoint.api_key, model="default")
+    return Target(
+        inventory=target.inventory, host=target.host, hostvars=target.hostvars, endpoint=ep, engine_kind="simulated"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+    out = Console(width=None if sys.stdout.isatty() else 160)
+    bundle = Path(__file__).resolve().parents[2]
+    results_root: Path = args.results
+    try:
+        if not args.inventory.exists():
+            raise PlanError([f"inventory {args.inventory} does not exist"])
+        target = planmod.load_target(args.inventory, limit=args.limit_hosts)
+        run_dir: state.RunDir | None = None
+        stored: dict[str, Any] | None = None
+        if args.run_id is not None and not _RUN_ID_RE.match(args.run_id):
+            raise PlanError([f"--run-id {args.run_id!r}: letters, digits, '.', '_' and '-' only"])
+        if args.resume:
+            if args.run_id:
+                run_dir = state.RunDir(results_root / args.run_id)
+            else:
+                found = state.latest_resumable(results_root)
+                if found is None:
+                    raise PlanError([f"--resume: no unfinished run under {results_root}; pass --run-id"])
+                run_dir = state.RunDir(found)
+            stored = _stored_plan(run_dir)
+            if stored is None:
+                raise PlanError([f"--resume: {run_dir.plan} is missing or unreadable"])
+            if stored.get("host") not in (None, target.host):
+                raise PlanError([f"--resume: run {run_dir.run_id} swept host {stored.get('host')}, not {target.host}"])
+        if args.grid is not None:
+            raws = planmod.load_grid_file(args.grid)
+            source = str(args.grid)
+        elif stored is not None:
+            raws = [dict(item["config"]) for item in stored.get("configs", [])]
+            original = str(stored.get("grid_source") or "plan.json").removesuffix(" (resumed)")
+            source = f"{original} (resumed)"
+        else:
+            raws = planmod.grid_from_target(target)
+            source = f"{args.inventory}: sweep_grid"
+        bench = _bench_plan(args, stored)
+        extra_vars = parse_extra_vars(args.extra_var)
+        if not extra_vars and stored is not None and isinstance(stored.get("extra_vars"), dict):
+            extra_vars = dict(stored["extra_vars"])
+        if args.reconfigurer == "local" and not target.simulated:
+            raise PlanError(["--reconfigurer local runs the simulated engine; this inventory's engine is real"])
+        plan = planmod.make_plan(target, raws, grid_source=source, bench=bench, results_root=results_root)
+    except PlanError as exc:
+        console.print("[red]the plan was refused; nothing was restarted:[/]")
+        for problem in exc.problems:
+            console.print(f"  - {problem}", markup=False, highlight=False)
+        return ExitCode.USAGE
+
+    run_id = run_dir.run_id if run_dir else (args.run_id or _default_run_id(target))
+    print_plan(out, plan, run_id)
+    if args.dry_run:
+        return ExitCode.OK
+
+    if run_dir is None:
+        run_dir = state.RunDir(results_root / run_id)
+        if run_dir.path.exists():
+            console.print(f"[red]{run_dir.path} exists; pass --resume to continue it or another --run-id[/]")
+            return ExitCode.USAGE
+    run_dir.path.mkdir(parents=True, exist_ok=True)
+
+    reconfigurer: Any
+    if args.reconfigurer == "local":
+        if extra_vars:
+            console.print("[yellow]--extra-var is for the Ansible play; the local reconfigurer ignores it[/]")
+        port = free_port()
+        plan = Plan(
+            target=_local_target(plan.target, port),
+            configs=plan.configs,
+            default_config=plan.default_config,
+            bench=plan.bench,
+            grid_source=plan.grid_source,
+            estimate=plan.estimate,
+        )
+        tv = plan.target.var
+        reconfigurer = LocalProcessReconfigurer(
+            port,
+            load_s=float(tv("sglang_service_sim_load_seconds", 0.5)),
+            warmup_s=float(tv("sglang_service_sim_warmup_seconds", 0.2)),
+            speed=float(tv("sglang_service_sim_speed", 1.0)),
+        )
+    else:
+        reconfigurer = AnsibleReconfigurer(bundle, plan.target, limit=args.limit_hosts, extra_vars=extra_vars)
+        if not reconfigurer.available():
+            console.print(f"[red]{reconfigurer.playbook} does not exist[/]")
+            return ExitCode.USAGE
+    plan_doc = plan.as_dict(run_id)
+    plan_doc["extra_vars"] = extra_vars
+    plan_doc["reconfigurer"] = args.reconfigurer
+    write_json_atomic(run_dir.plan, plan_doc)
+
+    runner = SweepRunner(
+        plan,
+        run_dir,
+        reconfigurer,
+        BundleMeasure(),
+        bundle=bundle,
+        options=SweepOptions(restore=not args.no_restore, retry_failed=args.retry_failed),
+        console=console,
+    )
+    try:
+        outcome = asyncio.run(runner.run())
+    except KeyboardInterrupt:
+        run_dir.write_state(state.STATE_INTERRUPTED, reason="KeyboardInterrupt")
+        console.print(
+            f"[yellow]interrupted; resume: python -m repro_py.sweep {args.inventory} --resume --run-id {run_id}[/]"
+        )
+        return ExitCode.INTERRUPTED
+    finally:
+        reconfigurer.close()
+    if outcome.interrupted:
+        console.print(
+            f"[yellow]interrupted after {len(outcome.ran)} configs; results so far in {run_dir.path}; resume: "
+            f"python -m repro_py.sweep {args.inventory} --resume --run-id {run_id}[/]"
+        )
+        return ExitCode.INTERRUPTED
+
+    console.print(
+        f"sweep {run_id}: {len(outcome.ran)} ran, {len(outcome.skipped)} already done, "
+        f"{len(outcome.failed)} failed, {outcome.wall_s:.1f} s"
+    )
+    for label, reason in outcome.failed.items():
+        console.print(f"  FAILED {label}: {reason}", markup=False, highlight=False)
+    if not args.no_report:
+        try:
+            paths = build_report(run_dir.path)
+            manifest.write(run_dir.path)
+        except KeyboardInterrupt:
+            console.print(f"[yellow]interrupted; the results are complete: python -m repro_py.report {run_dir.path}[/]")
+            return ExitCode.INTERRUPTED
+        console.print(f"report: {paths['summary_md']}  manifest: {run_dir.path / manifest.MANIFEST_NAME}")
+    restore = outcome.restore or {}
+    if restore.get("status") == "failed":
+        console.print(f"[red]restoring the default config failed: {escape(str(restore.get('reason')))}[/]")
+        return ExitCode.FAILURE
+    return ExitCode.OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""What the sweep measures against a ready engine: server info, benchmark, gates.
+
+:class:`Measure` is the interface the sweep loop uses; :class:`BundleMeasure`
+implements it with :mod:`repro_py.bench` (``run_matrix``) and
+:mod:`repro_py.gates` (``run_gates``). Tests inject lighter ones.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import aiohttp
+
+from repro_py import gates as gates_mod
+from repro_py.bench.matrix import BenchSettings, run_matrix
+from repro_py.bench.server_info import fetch_server_info
+from repro_py.endpoint import Endpoint
+from repro_py.gates.lossless import make_reference
+from repro_py.sweep.plan import BenchPlan, PlannedConfig
+
+
+class Measure(Protocol):
+    async def server_info(self, endpoint: Endpoint) -> dict[str, Any]:
+        """The ``engine`` block: kind, version, sim_speed, max_total_num_tokens (raises on failure)."""
+        ...
+
+    async def bench(self, endpoint: Endpoint, cfg: PlannedConfig, bench: BenchPlan) -> dict[str, Any]:
+        """``repro_py.bench`` result: ``{"cells": [...], "settings": {...}, ...}``."""
+        ...
+
+    async def gates(
+        self, endpoint: Endpoint, cfg: PlannedConfig, reference: Mapping[str, Any] | None
+    ) -> dict[str, Any]:
+        """``{"coding", "lossless", "config_echo", "passed", ...}``; with ``reference`` None the
+        lossless gate has nothing to compare to, and the result carries ``lossless_reference``
+        (this config's outputs) for later configs."""
+        ...
+
+    async def alive(self, endpoint: Endpoint) -> bool:
+        """Whether the engine still answers (cheap: ``/ready``, then ``/health``)."""
+        ...
+
+
+async def engine_alive(endpoint: Endpoint, *, timeout_s: float = 3.0) -> bool:
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        for path in ("/ready", "/health"):
+            try:
+                async with session.get(endpoint.url(path), headers=endpoint.headers()) as resp:
+                    if resp.status == 200:
+                        return True
+                    if resp.status != 404:
+                        return False
+            except (aiohttp.ClientError, TimeoutError, OSError):
+                return False
+    return False
+
+
+def _engine_block(summary: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "kind": summary.get("kind"),
+        "version": summary.get("version"),
+        "sim_speed": summary.get("sim_speed"),
+        "max_total_num_tokens": summary.get("max_total_num_tokens"),
+    }
+
+
+class BundleMeasure:
+    """The bundle's own benchmark and gates."""
+
+    def __init__(self, *, gates_kwargs: Mapping[str, Any] | None = None) -> None:
+        self.gates_kwargs = dict(gates_kwargs or {})
+
+    async def server_info(self, endpoint: Endpoint) -> dict[str, Any]:
+        async with aiohttp.ClientSession() as session:
+            info = await fetch_server_info(session, endpoint)
+        return _engine_block(info.engine_summary())
+
+    async def bench(self, endpoint: Endpoint, cfg: PlannedConfig, bench: BenchPlan) -> dict[str, Any]:
+        settings = BenchSettings(
+            contexts=bench.contexts, concurrency=bench.concurrency, repeats=bench.repeats, max_tokens=bench.max_tokens
+        )
+        result: dict[str, Any] = await run_matrix(endpoint, settings)
+        return result
+
+    async def gates(
+        self, endpoint: Endpoint, cfg: PlannedConfig, reference: Mapping[str, Any] | None
+    ) -> dict[str, Any]:
+        run_gates: Any = gates_mod.run_gates
+        call = run_gates(endpoint, cfg.spec, reference, **self.gates_kwargs)
+        result: dict[str, Any] = await call if inspect.isawaitable(call) else call
+        lossless = result.get("lossless") or {}
+        if reference is None and result.get("passed") and isinstance(lossless.get("output_ids"), dict):
+            result["lossless_reference"] = make_reference(
+                lossless["output_ids"], max_new_tokens=int(lossless.get("max_new_tokens") or 0), source=cfg.label
+            )
+        return result
+
+    async def alive(self, endpoint: Endpoint) -> bool:
+        return await engine_alive(endpoint)

@@ -1,0 +1,326 @@
+"""Restart the engine with one config: the interface and its Ansible implementation.
+
+:class:`AnsibleReconfigurer` runs ``playbooks/reconfigure.yml`` through
+ansible-runner with the config as extra vars, one private data dir per run
+(``results/<run>/runner/<label>/``, artifacts and job events kept), and
+reads the play's report JSON (``sglang_service_report_path``). On failure
+the reason is the report's own ``failure.reason`` and the failed task's
+message from the runner events; the journal excerpt comes from the report.
+
+Tests and benchmarks inject another :class:`Reconfigurer` (for example
+:class:`repro_py.sweep.localproc.LocalProcessReconfigurer`, which runs the
+simulated engine as a local subprocess).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from repro_py.sweep.plan import PlannedConfig, Target
+
+#: Failure classes a reconfigure can end in (the runner adds the other two).
+INVALID_CONFIG = "invalid_config"
+FAILED_TO_START = "failed_to_start"
+#: Task actions whose failure means the config itself was refused.
+_VALIDATION_ACTIONS = ("ddtree_validate", "validate_argument_spec", "validate_spec", "spec_config")
+_JOURNAL_LINES = 40
+
+
+@dataclasses.dataclass
+class ReconfigureOutcome:
+    """What one restart with one config came to."""
+
+    ok: bool
+    status: str  # ready | failed | rolled_back | canceled | error
+    wall_s: float
+    failure_class: str | None = None
+    reason: str | None = None
+    journal: list[str] = dataclasses.field(default_factory=list)
+    time_to_ready_s: float | None = None
+    invocation_id: str | None = None
+    main_pid: int | None = None
+    changed: bool = False
+    unit_sha256: str | None = None
+    server_info_echo: Mapping[str, Any] | None = None
+    artifacts: str | None = None
+
+    def as_result(self) -> dict[str, object]:
+        """The ``reconfigure`` block of a per-config result."""
+        return {
+            "time_to_ready_s": self.time_to_ready_s,
+            "invocation_id": self.invocation_id,
+            "wall_s": round(self.wall_s, 3),
+            "changed": self.changed,
+            "status": self.status,
+            "main_pid": self.main_pid,
+            "artifacts": self.artifacts,
+        }
+
+
+class Reconfigurer(Protocol):
+    """Restarts the engine with a config; blocking (the sweep calls it in a thread)."""
+
+    def reconfigure(
+        self, cfg: PlannedConfig, private_dir: Path, cancel: threading.Event, *, restore: bool = False
+    ) -> ReconfigureOutcome:
+        """Stop the engine, start it with ``cfg``, wait for readiness (or failure).
+
+        ``restore``: this is the final restore of the inventory's default config
+        (the Ansible reconfigurer then leaves out the sweep's ``--extra-var`` values)."""
+        ...
+
+    def journal(self, private_dir: Path, lines: int = _JOURNAL_LINES) -> list[str]:
+        """The engine's last log lines (best effort; empty when unavailable)."""
+        ...
+
+    def close(self) -> None:
+        """Release what the reconfigurer holds (a local engine process, ...)."""
+        ...
+
+
+# ---------------------------------------------------------------- events
+
+
+def failed_task_messages(events: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """Every fatal failure in ansible-runner events: task, action, host, message."""
+    out: list[dict[str, str]] = []
+    for event in events:
+        kind = event.get("event")
+        if kind not in {"runner_on_failed", "runner_on_unreachable", "runner_item_on_failed"}:
+            continue
+        data: Mapping[str, Any] = event.get("event_data") or {}
+        if data.get("ignore_errors"):
+            continue
+        res: Mapping[str, Any] = data.get("res") or {}
+        msg = res.get("msg") or res.get("reason") or res.get("stderr") or ""
+        if not isinstance(msg, str):
+            msg = json.dumps(msg, sort_keys=True)
+        out.append(
+            {
+                "task": str(data.get("task") or ""),
+                "action": str(data.get("resolved_action") or data.get("task_action") or ""),
+                "host": str(data.get("host") or ""),
+                "msg": msg.strip(),
+                "unreachable": "yes" if kind == "runner_on_unreachable" else "",
+            }
+        )
+    return out
+
+
+def _first_line(msg: str, limit: int = 400) -> str:
+    """The first non-empty line of a task message, with the lines it introduces when it ends in ':'
+    (a list of problems); a journal quoted in the message travels separately."""
+    lines = [ln.strip() for ln in msg.splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    text = lines[0]
+    for extra in lines[1:4]:
+        if not text.endswith(":") and not text.endswith(";"):
+            break
+        text += " " + extra
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _lines(value: object) -> list[str]:
+    if isinstance(value, list):
+        return [str(v) for v in value]
+    if isinstance(value, str):
+        return value.splitlines()
+    return []
+
+
+def read_events(artifact_dir: Path) -> list[dict[str, Any]]:
+    """Job events written by ansible-runner (``artifacts/<ident>/job_events/*.json``)."""
+    events: list[tuple[int, dict[str, Any]]] = []
+    for path in artifact_dir.glob("job_events/*.json"):
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict):
+            events.append((int(doc.get("counter") or 0), doc))
+    return [doc for _, doc in sorted(events, key=lambda item: item[0])]
+
+
+def outcome_from_run(
+    *,
+    runner_status: str,
+    rc: int | None,
+    report: Mapping[str, Any] | None,
+    events: list[dict[str, Any]],
+    wall_s: float,
+    artifacts: str | None,
+) -> ReconfigureOutcome:
+    """Interpret one ansible-runner run of reconfigure.yml (pure: unit-tested)."""
+    failures = failed_task_messages(events)
+    report = report or {}
+    status = str(report.get("status") or "")
+    common: dict[str, Any] = {
+        "wall_s": wall_s,
+        "time_to_ready_s": report.get("time_to_ready_s"),
+        "invocation_id": report.get("invocation_id"),
+        "main_pid": report.get("main_pid"),
+        "changed": bool(report.get("changed", False)),
+        "unit_sha256": report.get("unit_sha256"),
+        "server_info_echo": report.get("server_info_echo"),
+        "artifacts": artifacts,
+    }
+    if runner_status == "canceled":
+        return ReconfigureOutcome(ok=False, status="canceled", reason="interrupted (Ctrl-C)", **common)
+    if status == "ready" and rc == 0:
+        return ReconfigureOutcome(ok=True, status="ready", **common)
+    failure: Mapping[str, Any] = report.get("failure") or {}
+    reasons: list[str] = []
+    if failure.get("reason"):
+        reasons.append(str(failure["reason"]))
+    # the first fatal task is the cause; a later one (a rescue's own fail) adds only what it says anew
+    picked = failures[:1] + failures[-1:] if len(failures) > 1 else failures
+    named: list[str] = []
+    for item in picked:
+        line = _first_line(item["msg"])
+        where = f"task '{item['task']}'" + (f" on {item['host']}" if item["host"] else "")
+        if line and any(line in r or r in line for r in reasons):
+            named.append(where)
+            continue
+        reasons.append(where + (" unreachable: " if item["unreachable"] else " failed: ") + (line or "(no message)"))
+    if named and reasons:
+        reasons[0] += f" [{named[0]}]"
+    if not reasons:
+        if not report:
+            reasons.append(f"the play ended with status={runner_status} rc={rc} and wrote no report")
+        elif status == "ready":
+            reasons.append(f"report says ready but ansible-playbook exited rc={rc}")
+        else:
+            reasons.append(f"report status={status or 'missing'} without a failure reason (rc={rc})")
+    journal = _lines(failure.get("journal"))
+    invalid = any(any(a in item["action"] for a in _VALIDATION_ACTIONS) for item in failures)
+    return ReconfigureOutcome(
+        ok=False,
+        status=status or "error",
+        failure_class=INVALID_CONFIG if invalid else FAILED_TO_START,
+        reason="; ".join(reasons),
+        journal=journal,
+        **common,
+    )
+
+
+# ---------------------------------------------------------------- ansible
+
+
+def _unit_name(target: Target) -> str:
+    for key in ("sglang_service_name", "sglang_service_unit", "sglang_unit_name"):
+        value = target.var(key)
+        if isinstance(value, str) and value:
+            return value if value.endswith(".service") else value + ".service"
+    return "sglang.service"
+
+
+class AnsibleReconfigurer:
+    """Runs ``playbooks/reconfigure.yml`` through ansible-runner, one private data dir per run."""
+
+    def __init__(
+        self,
+        bundle: Path,
+        target: Target,
+        *,
+        limit: str | None = None,
+        verbosity: int = 0,
+        extra_vars: Mapping[str, object] | None = None,
+    ) -> None:
+        self.extra_vars = dict(extra_vars or {})
+        self.bundle = bundle.resolve()
+        self.target = target
+        self.limit = limit or target.host
+        self.verbosity = verbosity
+        self.playbook = self.bundle / "playbooks" / "reconfigure.yml"
+
+    def available(self) -> bool:
+        return self.playbook.is_file()
+
+    def _env(self) -> dict[str, str]:
+        bindir = str(Path(sys.executable).parent)
+        path = os.environ.get("PATH", "")
+        env = {"PATH": path if bindir in path.split(os.pathsep) else bindir + os.pathsep + path}
+        cfg = self.bundle / "ansible.cfg"
+        if cfg.is_file():
+            env["ANSIBLE_CONFIG"] = str(cfg)
+        return env
+
+    def reconfigure(
+        self, cfg: PlannedConfig, private_dir: Path, cancel: threading.Event, *, restore: bool = False
+    ) -> ReconfigureOutcome:
+        import ansible_runner  # noqa: PLC0415 (heavy; only when really used)
+
+        private_dir = private_dir.resolve()
+        private_dir.mkdir(parents=True, exist_ok=True)
+        report_path = private_dir / "reconfigure-report.json"
+        report_path.unlink(missing_ok=True)
+        extravars = {**({} if restore else self.extra_vars), **cfg.extravars()}
+        extravars["sglang_service_report_path"] = str(report_path)
+        started = time.monotonic()
+        result = ansible_runner.run(
+            private_data_dir=str(private_dir),
+            project_dir=str(self.bundle),
+            playbook=str(self.playbook),
+            inventory=str(self.target.inventory.resolve()),
+            limit=self.limit,
+            extravars=extravars,
+            envvars=self._env(),
+            quiet=True,
+            verbosity=self.verbosity or None,
+            cancel_callback=cancel.is_set,
+            rotate_artifacts=0,
+        )
+        wall = time.monotonic() - started
+        report: dict[str, Any] | None = None
+        if report_path.is_file():
+            try:
+                loaded = json.loads(report_path.read_text(encoding="utf-8"))
+                report = loaded if isinstance(loaded, dict) else None
+            except ValueError:
+                report = None
+        artifact_dir = Path(result.config.artifact_dir)
+        return outcome_from_run(
+            runner_status=str(result.status),
+            rc=result.rc,
+            report=report,
+            events=read_events(artifact_dir),
+            wall_s=wall,
+            artifacts=os.path.relpath(artifact_dir, private_dir.parent.parent),
+        )
+
+    def journal(self, private_dir: Path, lines: int = _JOURNAL_LINES) -> list[str]:
+        import ansible_runner  # noqa: PLC0415 (heavy; only when really used)
+
+        private_dir = private_dir.resolve()
+        private_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            result = ansible_runner.run(
+                private_data_dir=str(private_dir),
+                host_pattern=self.limit,
+                module="ansible.builtin.command",
+                module_args=f"journalctl -u {_unit_name(self.target)} -n {int(lines)} --no-pager -o short-iso",
+                inventory=str(self.target.inventory.resolve()),
+                envvars=self._env(),
+                cmdline="--become",  # the play restarts the unit with become; reading its journal needs it too
+                quiet=True,
+                rotate_artifacts=0,
+            )
+        except Exception as exc:  # best effort: a journal we cannot read is said so
+            return [f"(journal unavailable: {exc})"]
+        for event in read_events(Path(result.config.artifact_dir)):
+            if event.get("event") == "runner_on_ok":
+                res = (event.get("event_data") or {}).get("res") or {}
+                return _lines(res.get("stdout_lines") or res.get("stdout"))
+        return [f"(journal unavailable: journalctl ended with status={result.status} rc={result.rc})"]
+
+    def close(self) -> None:
+        return None

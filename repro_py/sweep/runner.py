@@ -1,0 +1,420 @@
+"""The sweep loop: per config reconfigure -> server info -> benchmark -> gates -> atomic write.
+
+Every config ends in a result file with ``status`` ``ok`` or ``failed``; a
+failure always carries its class and reason:
+
+``invalid_config``            the play's own validation refused it (the planner refuses
+                              invalid configs before anything runs)
+``failed_to_start``           the restart did not reach a ready, echoing engine
+``crashed_during_benchmark``  the engine stopped answering during the benchmark or gates
+``gate_failed``               it ran, but a correctness gate (coding, lossless, config
+                              echo) failed
+
+The lossless reference is the outputs of the first config that passes its
+gates (the baseline runs first when the grid has one), stored in
+``lossless-reference.json`` and reused by ``--resume``.
+
+SIGINT: the in-flight config is abandoned (no result file, so ``--resume``
+reruns it); a result write in progress always completes (writes are atomic
+and run on the event loop, where the signal handler cannot cut them); the
+run is marked ``interrupted`` and the caller exits 130.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import json
+import signal
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
+from rich.text import Text
+
+from repro_py.atomicio import write_json_atomic
+from repro_py.sweep import fingerprint, state
+from repro_py.sweep.measure import Measure
+from repro_py.sweep.plan import Plan, PlannedConfig, format_duration
+from repro_py.sweep.reconfigure import FAILED_TO_START, ReconfigureOutcome, Reconfigurer
+
+INVALID_CONFIG = "invalid_config"
+CRASHED = "crashed_during_benchmark"
+GATE_FAILED = "gate_failed"
+FAILURE_CLASSES = (INVALID_CONFIG, FAILED_TO_START, CRASHED, GATE_FAILED)
+RESTORE_LABEL = "restore-default"
+
+
+class Interrupted(Exception):
+    """SIGINT arrived; the run is left resumable."""
+
+
+@dataclasses.dataclass
+class SweepOptions:
+    restore: bool = True
+    retry_failed: bool = False
+    bench_timeout_s: float | None = None
+
+
+@dataclasses.dataclass
+class SweepOutcome:
+    interrupted: bool
+    ran: list[str]
+    skipped: list[str]
+    failed: dict[str, str]
+    restore: dict[str, Any] | None
+    wall_s: float
+    timings: dict[str, dict[str, float]]
+
+
+class _EtaColumn(ProgressColumn):
+    def render(self, task: Task) -> Text:
+        eta = task.fields.get("eta_s")
+        return Text("ETA " + (format_duration(float(eta)) if isinstance(eta, int | float) else "?"), style="cyan")
+
+
+def _failed_gates(gates: Mapping[str, Any]) -> list[str]:
+    out: list[str] = []
+    for name, body in sorted(gates.items()):
+        if not isinstance(body, Mapping):
+            continue
+        passed = body.get("passed")
+        if passed is False:
+            detail = body.get("reason") or body.get("summary") or body.get("message") or ""
+            out.append(f"{name}: {detail}".rstrip(": ") if detail else name)
+    return out
+
+
+def _bench_error_summary(bench: Mapping[str, Any] | None) -> str:
+    cells = (bench or {}).get("cells") or []
+    errors = [c for c in cells if isinstance(c, Mapping) and c.get("status") == "error"]
+    if not errors:
+        return ""
+    first = errors[0]
+    return (
+        f"{len(errors)}/{len(cells)} cells failed; first: context={first.get('context')} "
+        f"concurrency={first.get('concurrency')}: {first.get('reason')}"
+    )
+
+
+class SweepRunner:
+    def __init__(
+        self,
+        plan: Plan,
+        run_dir: state.RunDir,
+        reconfigurer: Reconfigurer,
+        measure: Measure,
+        *,
+        bundle: Path,
+        options: SweepOptions | None = None,
+        console: Console | None = None,
+        on_config_done: Callable[[str, dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.plan = plan
+        self.run_dir = run_dir
+        self.reconfigurer = reconfigurer
+        self.measure = measure
+        self.bundle = bundle
+        self.options = options or SweepOptions()
+        self.console = console or Console(stderr=True)
+        self.on_config_done = on_config_done
+        self.cancel = threading.Event()
+        self._current: asyncio.Future[dict[str, Any]] | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.timings: dict[str, dict[str, float]] = {}
+
+    # ------------------------------------------------------------ signals
+
+    def _on_sigint(self) -> None:
+        if self.cancel.is_set():
+            return
+        self.cancel.set()
+        if self.loop is not None:  # a second Ctrl-C: Python's own KeyboardInterrupt (writes are atomic anyway)
+            with contextlib.suppress(RuntimeError, ValueError):
+                self.loop.remove_signal_handler(signal.SIGINT)
+        self.console.print(
+            "[yellow]Ctrl-C: stopping after the current write; the run stays resumable (Ctrl-C again stops at once)[/]"
+        )
+        if self._current is not None and not self._current.done():
+            self._current.cancel()
+
+    # ------------------------------------------------------------ one config
+
+    def _base_result(self, cfg: PlannedConfig, started: float, started_iso: str) -> dict[str, Any]:
+        return {
+            "schema": 1,
+            "run_id": self.run_dir.run_id,
+            "label": cfg.label,
+            "config": cfg.short(),
+            "status": "ok",
+            "failure": None,
+            "fingerprint": {},
+            "engine": {
+                "kind": self.plan.target.engine_kind,
+                "version": None,
+                "sim_speed": None,
+                "max_total_num_tokens": None,
+            },
+            "reconfigure": {"time_to_ready_s": None, "invocation_id": None, "wall_s": 0.0, "changed": False},
+            "bench": {"cells": [], "settings": self.plan.bench.as_dict()},
+            "gates": {"passed": False},
+            "started_at": started_iso,
+            "finished_at": None,
+            "wall_s": 0.0,
+            "timing": {},
+            "_t0": started,
+        }
+
+    @staticmethod
+    def _fail(result: dict[str, Any], klass: str, reason: str, journal: list[str] | None = None) -> dict[str, Any]:
+        result["status"] = "failed"
+        result["failure"] = {"class": klass, "reason": reason or "(no reason given)", "journal": list(journal or [])}
+        return result
+
+    async def _journal(self, cfg: PlannedConfig) -> list[str]:
+        try:
+            return await asyncio.to_thread(self.reconfigurer.journal, self.run_dir.runner_dir(cfg.label) / "journal")
+        except Exception as exc:  # best effort
+            return [f"(journal unavailable: {exc})"]
+
+    async def _reconfigure(self, cfg: PlannedConfig, private_dir: Path, *, restore: bool = False) -> ReconfigureOutcome:
+        return await asyncio.to_thread(
+            functools.partial(self.reconfigurer.reconfigure, cfg, private_dir, self.cancel, restore=restore)
+        )
+
+    async def run_config(self, cfg: PlannedConfig, controller_fp: Mapping[str, str]) -> dict[str, Any]:
+        started = time.monotonic()
+        result = self._base_result(cfg, started, state.now_iso())
+        timing: dict[str, float] = result["timing"]
+        endpoint = self.plan.target.endpoint
+        unit_sha: str | None = None
+        version: str | None = None
+        try:
+            t = time.monotonic()
+            outcome = await self._reconfigure(cfg, self.run_dir.runner_dir(cfg.label))
+            timing["reconfigure_s"] = round(time.monotonic() - t, 3)
+            if self.cancel.is_set() or outcome.status == "canceled":
+                raise Interrupted
+            result["reconfigure"] = outcome.as_result()
+            unit_sha = outcome.unit_sha256
+            if outcome.time_to_ready_s is not None:
+                timing["load_s"] = float(outcome.time_to_ready_s)
+            if not outcome.ok:
+                return self._fail(
+                    result, outcome.failure_class or FAILED_TO_START, outcome.reason or "", outcome.journal
+                )
+
+            t = time.monotonic()
+            try:
+                engine = await self.measure.server_info(endpoint)
+            except Exception as exc:
+                return self._fail(
+                    result,
+                    FAILED_TO_START,
+                    f"reported ready, but /server_info failed: {type(exc).__name__}: {exc}",
+                    await self._journal(cfg),
+                )
+            timing["server_info_s"] = round(time.monotonic() - t, 3)
+            result["engine"] = engine
+            version = engine.get("version")
+
+            t = time.monotonic()
+            bench: dict[str, Any] | None = None
+            bench_error: str | None = None
+            try:
+                bench = await self.measure.bench(endpoint, cfg, self.plan.bench)
+            except (asyncio.CancelledError, Interrupted):
+                raise
+            except Exception as exc:
+                bench_error = f"{type(exc).__name__}: {exc}"
+            timing["bench_s"] = round(time.monotonic() - t, 3)
+            if bench is not None:
+                result["bench"] = bench
+            if bench_error is not None or not await self.measure.alive(endpoint):
+                why = bench_error or _bench_error_summary(bench) or "no cell error recorded"
+                return self._fail(
+                    result,
+                    CRASHED,
+                    f"the engine stopped answering during the benchmark ({why})",
+                    await self._journal(cfg),
+                )
+
+            t = time.monotonic()
+            reference = self._load_reference()
+            try:
+                gates = await self.measure.gates(endpoint, cfg, reference)
+            except (asyncio.CancelledError, Interrupted):
+                raise
+            except Exception as exc:
+                alive = await self.measure.alive(endpoint)
+                klass = GATE_FAILED if alive else CRASHED
+                prefix = "gates raised" if alive else "the engine stopped answering during the gates"
+                return self._fail(
+                    result, klass, f"{prefix}: {type(exc).__name__}: {exc}", [] if alive else await self._journal(cfg)
+                )
+            finally:
+                timing["gates_s"] = round(time.monotonic() - t, 3)
+            new_reference = gates.pop("lossless_reference", None)
+            result["gates"] = gates
+            if not gates.get("passed"):
+                if not await self.measure.alive(endpoint):
+                    return self._fail(
+                        result,
+                        CRASHED,
+                        "the engine stopped answering during the gates: " + "; ".join(_failed_gates(gates)),
+                        await self._journal(cfg),
+                    )
+                failed = _failed_gates(gates) or ["gates did not pass (no gate named a reason)"]
+                return self._fail(result, GATE_FAILED, "; ".join(failed))
+            if reference is None and isinstance(new_reference, Mapping):
+                write_json_atomic(
+                    self.run_dir.lossless_reference,
+                    {"label": cfg.label, "config": cfg.short(), "reference": new_reference},
+                )
+            return result
+        finally:
+            result["fingerprint"] = fingerprint.full_fingerprint(
+                controller_fp, unit_sha256=unit_sha, sglang_version=version
+            )
+
+    def _load_reference(self) -> Mapping[str, Any] | None:
+        path = self.run_dir.lossless_reference
+        if not path.is_file():
+            return None
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        ref = doc.get("reference") if isinstance(doc, dict) else None
+        return ref if isinstance(ref, Mapping) else None
+
+    def _finish(self, result: dict[str, Any]) -> dict[str, Any]:
+        t0 = float(result.pop("_t0"))
+        result["finished_at"] = state.now_iso()
+        result["wall_s"] = round(time.monotonic() - t0, 3)
+        return result
+
+    async def run_config_and_write(
+        self, cfg: PlannedConfig, current: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
+        """Run one config (cancellable) and write its result (never cut: no await inside)."""
+        if current is None:
+            current = fingerprint.controller_fingerprint(self.bundle, self.plan.target, cfg)
+        self._current = asyncio.ensure_future(self.run_config(cfg, current))
+        try:
+            result = await self._current
+        finally:
+            self._current = None
+        result = self._finish(result)
+        write_json_atomic(self.run_dir.result(cfg.label), result)
+        return result
+
+    # ------------------------------------------------------------ the loop
+
+    async def run(self) -> SweepOutcome:
+        loop = asyncio.get_running_loop()
+        self.loop = loop
+        installed = False
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signal.SIGINT, self._on_sigint)
+            installed = True
+        try:
+            return await self._run()
+        finally:
+            if installed:
+                loop.remove_signal_handler(signal.SIGINT)
+
+    def _eta(self, remaining: list[PlannedConfig], actual: float, estimated: float) -> float:
+        per = float(self.plan.estimate.get("per_config_s", 0.0))
+        scale = actual / estimated if estimated > 0 and actual > 0 else 1.0
+        return per * len(remaining) * scale
+
+    async def _run(self) -> SweepOutcome:
+        t_start = time.monotonic()
+        outcome = SweepOutcome(False, [], [], {}, None, 0.0, self.timings)
+        self.run_dir.write_state(state.STATE_RUNNING, host=self.plan.target.host, simulated=self.plan.simulated)
+        todo: list[tuple[PlannedConfig, dict[str, str]]] = []
+        for cfg in self.plan.configs:
+            current = fingerprint.controller_fingerprint(self.bundle, self.plan.target, cfg)
+            decision = state.decide(self.run_dir, cfg.label, current, retry_failed=self.options.retry_failed)
+            if decision.run:
+                todo.append((cfg, current))
+                if decision.reason != state.NO_RESULT:
+                    self.console.print(f"[yellow]{cfg.label}: {escape(decision.reason)}; rerun[/]")
+            else:
+                outcome.skipped.append(cfg.label)
+                self.console.print(f"[dim]{cfg.label}: {escape(decision.reason)}; not rerun[/]")
+        per = float(self.plan.estimate.get("per_config_s", 0.0))
+        progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            _EtaColumn(),
+            console=self.console,
+            transient=False,
+        )
+        actual = 0.0
+        with progress:
+            task = progress.add_task("sweep", total=len(todo), eta_s=per * len(todo))
+            for index, (cfg, current) in enumerate(todo):
+                if self.cancel.is_set():
+                    break
+                progress.update(task, description=f"{cfg.label} ({index + 1}/{len(todo)})")
+                t_cfg = time.monotonic()
+                try:
+                    result = await self.run_config_and_write(cfg, current)
+                except (asyncio.CancelledError, Interrupted):
+                    self.cancel.set()
+                    break
+                actual += time.monotonic() - t_cfg
+                self.timings[cfg.label] = dict(result.get("timing") or {})
+                outcome.ran.append(cfg.label)
+                status = "[green]ok[/]"
+                if result["status"] != "ok":
+                    failure = result["failure"]
+                    outcome.failed[cfg.label] = f"{failure['class']}: {failure['reason']}"
+                    status = f"[red]{failure['class']}[/]: {escape(str(failure['reason']))}"
+                progress.console.print(f"{cfg.label}: {status} ({result['wall_s']:.1f} s)")
+                if self.on_config_done is not None:
+                    self.on_config_done(cfg.label, result)
+                remaining = [c for c, _ in todo[index + 1 :]]
+                progress.update(task, advance=1, eta_s=self._eta(remaining, actual, per * (index + 1)))
+        if self.cancel.is_set():
+            outcome.interrupted = True
+            self.run_dir.write_state(state.STATE_INTERRUPTED, reason="SIGINT")
+            outcome.wall_s = time.monotonic() - t_start
+            return outcome
+        if self.options.restore and self.plan.default_config is not None:
+            outcome.restore = await self._restore(self.plan.default_config)
+            if self.cancel.is_set():  # Ctrl-C during the restore: --resume restores again
+                outcome.interrupted = True
+                self.run_dir.write_state(state.STATE_INTERRUPTED, reason="SIGINT during the restore")
+                outcome.wall_s = time.monotonic() - t_start
+                return outcome
+        elif self.plan.default_config is None:
+            outcome.restore = {"status": "not_configured", "reason": "the inventory has no sweep_default_config"}
+        else:
+            outcome.restore = {"status": "skipped", "reason": "--no-restore"}
+        self.run_dir.write_state(state.STATE_COMPLETE, restore=outcome.restore)
+        outcome.wall_s = time.monotonic() - t_start
+        return outcome
+
+    async def _restore(self, cfg: PlannedConfig) -> dict[str, Any]:
+        self.console.print(f"restoring the inventory default config {cfg.label}")
+        self._current = None
+        try:
+            outcome = await self._reconfigure(cfg, self.run_dir.runner_dir(RESTORE_LABEL), restore=True)
+        except Exception as exc:
+            return {"status": "failed", "label": cfg.label, "reason": f"{type(exc).__name__}: {exc}"}
+        doc: dict[str, Any] = outcome.as_result()
+        doc.update({"status": "ok" if outcome.ok else "failed", "label": cfg.label})
+        if not outcome.ok:
+            doc["reason"] = outcome.reason
+            doc["journal"] = outcome.journal
+            self.console.print(f"[red]restore of {cfg.label} failed: {escape(str(outcome.reason))}[/]")
+        return doc

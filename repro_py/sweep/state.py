@@ -1,0 +1,144 @@
+"""Run directory layout and resume state.
+
+``results/<run-id>/``::
+
+    plan.json                  the plan (configs, bench settings, estimate, SIMULATED flag)
+    state.json                 running | interrupted | complete, with timestamps
+    configs/<label>.json       one result per finished config (schema 1, atomic)
+    lossless-reference.json    the outputs every later config must reproduce
+    runner/<label>/            ansible-runner private data dir (artifacts, events)
+    runner/restore-default/    the final restore of the inventory's default config
+    summary.md summary.csv plots/*.png MANIFEST.sha256
+
+A config is *done* when ``configs/<label>.json`` exists, parses, and its
+fingerprint matches the current one on :data:`fingerprint.RESUME_KEYS`.
+A config interrupted mid-way has no result file, so ``--resume`` reruns it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from repro_py.atomicio import write_json_atomic
+from repro_py.sweep import fingerprint
+
+STATE_RUNNING = "running"
+STATE_INTERRUPTED = "interrupted"
+STATE_COMPLETE = "complete"
+NO_RESULT = "no result yet"
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunDir:
+    path: Path
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    @property
+    def plan(self) -> Path:
+        return self.path / "plan.json"
+
+    @property
+    def state(self) -> Path:
+        return self.path / "state.json"
+
+    @property
+    def configs(self) -> Path:
+        return self.path / "configs"
+
+    @property
+    def lossless_reference(self) -> Path:
+        return self.path / "lossless-reference.json"
+
+    def result(self, label: str) -> Path:
+        return self.configs / f"{label}.json"
+
+    def runner_dir(self, label: str) -> Path:
+        return self.path / "runner" / label
+
+    def read_state(self) -> dict[str, Any]:
+        try:
+            doc = json.loads(self.state.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return doc if isinstance(doc, dict) else {}
+
+    def write_state(self, status: str, **extra: object) -> None:
+        doc = self.read_state()
+        doc.setdefault("run_id", self.run_id)
+        doc.setdefault("started_at", now_iso())
+        doc.update(extra)
+        doc["status"] = status
+        doc["updated_at"] = now_iso()
+        history = list(doc.get("history") or [])
+        history.append({"status": status, "at": doc["updated_at"]})
+        doc["history"] = history[-50:]
+        write_json_atomic(self.state, doc)
+
+    def read_result(self, label: str) -> dict[str, Any] | None:
+        try:
+            doc = json.loads(self.result(label).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return doc if isinstance(doc, dict) else None
+
+    def results(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        if not self.configs.is_dir():
+            return out
+        for path in sorted(self.configs.glob("*.json")):
+            try:
+                doc = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if isinstance(doc, dict):
+                out.append(doc)
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    run: bool
+    reason: str
+
+
+def decide(run_dir: RunDir, label: str, current: Mapping[str, str], *, retry_failed: bool = False) -> Decision:
+    """Whether ``--resume`` must (re)run ``label``, and why."""
+    doc = run_dir.read_result(label)
+    if doc is None:
+        return Decision(True, NO_RESULT)
+    ok, differ = fingerprint.matches(doc.get("fingerprint"), current)
+    if not ok:
+        return Decision(True, "fingerprint changed: " + ", ".join(differ))
+    if retry_failed and doc.get("status") != "ok":
+        return Decision(True, "failed before; --retry-failed")
+    return Decision(False, f"done ({doc.get('status')}), fingerprint matches")
+
+
+def latest_resumable(results_root: Path) -> Path | None:
+    """The most recently updated run directory that did not complete."""
+    best: tuple[str, Path] | None = None
+    if not results_root.is_dir():
+        return None
+    for child in results_root.iterdir():
+        run = RunDir(child)
+        if not (run.plan.is_file() or run.state.is_file()):
+            continue
+        doc = run.read_state()
+        if doc.get("status") == STATE_COMPLETE:
+            continue
+        stamp = str(doc.get("updated_at") or "")
+        if best is None or stamp > best[0]:
+            best = (stamp, child)
+    return None if best is None else best[1]

@@ -1,0 +1,136 @@
+from __future__ import annotations
+
+import csv
+import io
+import struct
+import subprocess
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+
+from repro_py.exitcodes import ExitCode
+from repro_py.report import recommend, tables
+from repro_py.report.plots import pareto_front
+from repro_py.report.render import build_report, main, md_cell
+from tests.report.conftest import ddtree, result
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def png_text(path: Path) -> dict[str, str]:
+    """A PNG's tEXt chunks (validates the chunk CRCs on the way)."""
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC
+    pos, out, kinds = 8, {}, []
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind = data[pos + 4 : pos + 8]
+        body = data[pos + 8 : pos + 8 + length]
+        (crc,) = struct.unpack(">I", data[pos + 8 + length : pos + 12 + length])
+        assert zlib.crc32(kind + body) == crc
+        kinds.append(kind)
+        if kind == b"tEXt":
+            key, _, value = body.partition(b"\0")
+            out[key.decode()] = value.decode("latin-1")
+        pos += 12 + length
+    assert kinds[0] == b"IHDR" and kinds[-1] == b"IEND"
+    return out
+
+
+def test_winners_respect_the_gates(make_run: Callable[..., Path]) -> None:
+    run = tables.load_run(make_run())
+    winners = {w.objective.key: w for w in recommend.recommend(tables.rows(run))}
+    # b16 is fastest everywhere but garbles; b48 never started
+    assert winners["single_stream"].label == "ddtree-b8-t4-w2048-bs8"
+    assert winners["throughput"].label == "ddtree-b4-t4-w2048-bs8"
+    assert winners["long_context"].label == "ddtree-b32-t8-w2048-bs8"
+    for w in winners.values():
+        assert w.label not in {"ddtree-b16-t4-w2048-bs8", "ddtree-b48-t8-w2048-bs8"}
+        assert "ddtree-b16-t4-w2048-bs8 (gate_failed)" in w.excluded
+        assert "ddtree-b48-t8-w2048-bs8 (failed_to_start)" in w.excluded
+
+
+def test_close_race_is_called_within_spread_and_noisy_winner_flagged() -> None:
+    table = [
+        {"label": "a", "status": "ok", "gates_passed": True, "single_stream_tps": 150.0, "single_stream_cv": 0.08},
+        {"label": "b", "status": "ok", "gates_passed": True, "single_stream_tps": 145.0, "single_stream_cv": 0.02},
+    ]
+    w = recommend.pick(recommend.OBJECTIVES[0], table)
+    assert w.label == "a" and "within measured spread of b" in w.note and "noisy" in w.note
+    none = recommend.pick(recommend.OBJECTIVES[0], [{"label": "x", "status": "failed", "failure_class": "gate_failed"}])
+    assert none.label is None and "no config passed the gates" in none.note
+
+
+def test_summary_lists_failures_with_reasons_and_is_marked_simulated(make_run: Callable[..., Path]) -> None:
+    run_dir = make_run()
+    paths = build_report(run_dir)
+    md = paths["summary_md"].read_text()
+    assert md.startswith("# SIMULATED sweep report")
+    assert "> **SIMULATED**" in md and md.rstrip().endswith("*SIMULATED run: not a measurement of hardware.*")
+    assert "| ddtree-b16-t4-w2048-bs8 | gate_failed | lossless: 6 of 6 \\| prompts diverge |" in md
+    assert "| ddtree-b48-t8-w2048-bs8 | failed_to_start | the engine exited during startup: CUDA OOM |" in md
+    assert "torch.OutOfMemoryError: CUDA out of memory" in md  # the journal excerpt
+    assert "| single-stream latency | ddtree-b8-t4-w2048-bs8 | 150.0 |" in md
+    assert "| throughput at high concurrency | ddtree-b4-t4-w2048-bs8 | 897.0 |" in md
+    assert "| long context | ddtree-b32-t8-w2048-bs8 | 120.0 |" in md
+    assert "(plots/pareto.png)" in md
+
+    rows = list(csv.DictReader(io.StringIO(paths["summary_csv"].read_text())))
+    assert len(rows) == 6 and all(r["engine"] == "SIMULATED" for r in rows)
+    failed = {r["label"]: r for r in rows if r["status"] == "failed"}
+    assert failed["ddtree-b48-t8-w2048-bs8"]["failure_class"] == "failed_to_start"
+    assert failed["ddtree-b48-t8-w2048-bs8"]["failure_reason"].startswith("the engine exited")
+
+    for name in ("tps_vs_concurrency", "acceptance_vs_budget", "pareto"):
+        meta = png_text(paths[name])
+        assert "SIMULATED" in meta["Title"]
+
+
+def test_real_run_has_no_simulated_mark(make_run: Callable[..., Path]) -> None:
+    paths = build_report(make_run("real-run", simulated=False))
+    assert "SIMULATED" not in paths["summary_md"].read_text()
+    assert "SIMULATED" not in paths["summary_csv"].read_text()
+    assert "SIMULATED" not in png_text(paths["pareto"])["Title"]
+
+
+def test_report_cli_rebuilds_from_files_only_and_seals(make_run: Callable[..., Path]) -> None:
+    run_dir = make_run()
+    assert main([str(run_dir)]) == ExitCode.OK
+    assert (run_dir / "summary.md").is_file() and (run_dir / "MANIFEST.sha256").is_file()
+    check = subprocess.run(
+        ["sha256sum", "-c", "--quiet", "MANIFEST.sha256"], check=False, cwd=run_dir, capture_output=True
+    )
+    assert check.returncode == 0
+    assert main([str(run_dir.parent / "nope")]) == ExitCode.USAGE
+
+
+def test_interrupted_run_lists_the_unfinished(make_run: Callable[..., Path]) -> None:
+    run_dir = make_run(results=[result("baseline", {"algorithm": "none"}, accept=None)])
+    plan = (
+        (run_dir / "plan.json")
+        .read_text()
+        .replace('"configs": [', '"configs": [{"label": "ddtree-b8-t4-w2048-bs8", "config": {}}, ')
+    )
+    (run_dir / "plan.json").write_text(plan)
+    md = build_report(run_dir)["summary_md"].read_text()
+    assert "Not finished" in md and "ddtree-b8-t4-w2048-bs8" in md
+
+
+def test_empty_and_odd_inputs_still_render(make_run: Callable[..., Path]) -> None:
+    failed_only = [
+        result("ddtree-b8-t4-w2048-bs8", ddtree(8, 4),
+               failure={"class": "failed_to_start", "reason": "boom\nline two", "journal": []}),
+    ]  # fmt: skip
+    paths = build_report(make_run("odd", results=failed_only))
+    md = paths["summary_md"].read_text()
+    assert "| ddtree-b8-t4-w2048-bs8 | failed_to_start | boom line two |" in md
+    assert "no config passed the gates" in md
+    for name in ("tps_vs_concurrency", "acceptance_vs_budget", "pareto"):
+        png_text(paths[name])
+
+
+def test_pareto_front_and_md_cell() -> None:
+    pts = [("a", 1.0, 5.0), ("b", 2.0, 4.0), ("c", 1.5, 3.0), ("d", 3.0, 1.0)]
+    assert [p[0] for p in pareto_front(pts)] == ["a", "b", "d"]
+    assert md_cell("x | y\nz") == "x \\| y z"
+    assert md_cell(None) == "-"

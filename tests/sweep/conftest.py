@@ -1,0 +1,179 @@
+"""Helpers for sweep tests: targets, fake reconfigurers and fake measures (no processes)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from repro_py.endpoint import Endpoint
+from repro_py.sweep import plan as planmod
+from repro_py.sweep.plan import BenchPlan, PlannedConfig, Target
+from repro_py.sweep.reconfigure import FAILED_TO_START, ReconfigureOutcome
+
+BUNDLE = Path(__file__).resolve().parents[2]
+
+
+def make_target(*, simulated: bool = True, hostvars: Mapping[str, Any] | None = None) -> Target:
+    return Target(
+        inventory=Path("inventory/test"),
+        host="testhost",
+        hostvars=dict(hostvars or {}),
+        endpoint=Endpoint("http://127.0.0.1:1"),
+        engine_kind="simulated" if simulated else "real",
+    )
+
+
+def make_plan(
+    raws: list[dict[str, object]],
+    *,
+    tmp_path: Path,
+    default: dict[str, object] | None = None,
+    simulated: bool = True,
+) -> planmod.Plan:
+    hostvars: dict[str, Any] = {}
+    if default is not None:
+        hostvars["sweep_default_config"] = default
+    return planmod.make_plan(
+        make_target(simulated=simulated, hostvars=hostvars),
+        raws,
+        grid_source="test",
+        bench=BenchPlan(contexts=(60, 1024), concurrency=(1, 8), repeats=1, max_tokens=16),
+        results_root=tmp_path / "results",
+    )
+
+
+class FakeReconfigurer:
+    """Records calls; ``fail`` maps a label to a failure reason; ``hook`` runs on each call."""
+
+    def __init__(
+        self,
+        *,
+        fail: Mapping[str, str] | None = None,
+        hook: Callable[[PlannedConfig, int], None] | None = None,
+    ) -> None:
+        self.fail = dict(fail or {})
+        self.hook = hook
+        self.calls: list[str] = []
+        self.restores: list[bool] = []
+        self.closed = False
+
+    def reconfigure(
+        self, cfg: PlannedConfig, private_dir: Path, cancel: threading.Event, *, restore: bool = False
+    ) -> ReconfigureOutcome:
+        self.calls.append(cfg.label)
+        self.restores.append(restore)
+        private_dir.mkdir(parents=True, exist_ok=True)
+        (private_dir / "called").write_text(cfg.label, encoding="utf-8")
+        if self.hook is not None:
+            self.hook(cfg, len(self.calls))
+        if cfg.label in self.fail:
+            return ReconfigureOutcome(
+                ok=False,
+                status="failed",
+                wall_s=0.01,
+                failure_class=FAILED_TO_START,
+                reason=self.fail[cfg.label],
+                journal=["engine: CUDA out of memory", "engine: exiting"],
+                unit_sha256="u" * 64,
+            )
+        return ReconfigureOutcome(
+            ok=True,
+            status="ready",
+            wall_s=0.01,
+            time_to_ready_s=0.01,
+            invocation_id=f"inv-{len(self.calls)}",
+            main_pid=1000 + len(self.calls),
+            changed=True,
+            unit_sha256="a" * 64,
+        )
+
+    def journal(self, private_dir: Path, lines: int = 40) -> list[str]:
+        return ["engine: Segmentation fault", "systemd: sglang.service: Main process exited"]
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def bench_result(tps: float, *, accept: float | None = 4.0) -> dict[str, Any]:
+    cells: list[dict[str, Any]] = []
+    for context in (60, 1024):
+        for conc in (1, 8):
+            scale = conc * (0.9 if context == 1024 else 1.0)
+            cells.append(
+                {
+                    "context": context,
+                    "concurrency": conc,
+                    "status": "ok",
+                    "reason": None,
+                    "repeats": [],
+                    "median": {
+                        "output_tps": tps * scale,
+                        "output_tps_per_request": tps,
+                        "ttft_ms": {"p50": 50.0, "p90": 60.0, "p99": 70.0},
+                        "itl_ms": {"p50": 5.0, "p90": 6.0, "p99": 7.0},
+                        "accept_length": accept,
+                        "verify_steps": 10,
+                        "errors": 0,
+                        "requests": conc,
+                    },
+                    "cv": {"output_tps": 0.01},
+                    "noisy": False,
+                }
+            )
+    return {"cells": cells, "settings": {"contexts": [60, 1024], "concurrency": [1, 8]}}
+
+
+class FakeMeasure:
+    """``bench_fail`` labels raise and the engine is then dead; ``gate_fail`` labels fail a gate."""
+
+    def __init__(
+        self,
+        *,
+        tps: Mapping[str, float] | None = None,
+        bench_fail: set[str] | None = None,
+        gate_fail: set[str] | None = None,
+    ) -> None:
+        self.tps = dict(tps or {})
+        self.bench_fail = set(bench_fail or ())
+        self.gate_fail = set(gate_fail or ())
+        self.current: str | None = None
+        self.references: list[tuple[str, Any]] = []
+        self.dead = False
+
+    async def server_info(self, endpoint: Endpoint) -> dict[str, Any]:
+        self.dead = False
+        return {"kind": "simulated", "version": "0.5.23", "sim_speed": 1.0, "max_total_num_tokens": 100000}
+
+    async def bench(self, endpoint: Endpoint, cfg: PlannedConfig, bench: BenchPlan) -> dict[str, Any]:
+        self.current = cfg.label
+        if cfg.label in self.bench_fail:
+            self.dead = True
+            raise ConnectionResetError("Connection reset by peer")
+        return bench_result(self.tps.get(cfg.label, 100.0))
+
+    async def gates(
+        self, endpoint: Endpoint, cfg: PlannedConfig, reference: Mapping[str, Any] | None
+    ) -> dict[str, Any]:
+        self.references.append((cfg.label, None if reference is None else reference.get("source")))
+        bad = cfg.label in self.gate_fail
+        out: dict[str, Any] = {
+            "coding": {"passed": not bad, "reason": "1/5 passed, below the required 80%" if bad else None},
+            "lossless": {"passed": not bad, "reason": "6 of 6 prompts diverge; first at token 3" if bad else None},
+            "config_echo": {"passed": True, "reason": None},
+            "passed": not bad,
+        }
+        if reference is None and not bad:
+            out["lossless_reference"] = {"source": cfg.label, "outputs": {"p": [1, 2, 3]}}
+        return out
+
+    async def alive(self, endpoint: Endpoint) -> bool:
+        return not self.dead
+
+
+@pytest.fixture
+def bundle() -> Path:
+    return BUNDLE

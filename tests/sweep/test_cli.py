@@ -1,0 +1,171 @@
+"""The command line: refused plans, dry runs, and a real sweep (simulated engine as local processes)
+interrupted with SIGINT and resumed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from repro_py.exitcodes import ExitCode
+from repro_py.sweep import cli
+from repro_py.sweep.plan import PlanError
+from repro_py.sweep.reconfigure import AnsibleReconfigurer
+from tests.sweep.conftest import BUNDLE
+
+GRID = [
+    {"algorithm": "none"},
+    {"algorithm": "ddtree", "budget": 8, "topk": 4, "window": 2048, "block_size": 8},
+    {"algorithm": "ddtree", "budget": 8, "topk": 4, "window": 2048, "block_size": 8, "sim_fault": "crash-on-load"},
+    {"algorithm": "ddtree", "budget": 16, "topk": 4, "window": 2048, "block_size": 8, "sim_fault": "mask-offset"},
+    {"algorithm": "ddtree", "budget": 4, "topk": 4, "window": 2048, "block_size": 8, "sim_fault": "crash-after:3"},
+]
+
+
+def write_inventory(path: Path, *, grid: list[dict[str, object]] | None = None, simulated: bool = True) -> Path:
+    doc = {
+        "all": {
+            "hosts": {"simhost": {"ansible_connection": "local"}},
+            "vars": {
+                "sglang_service_engine": "simulated" if simulated else "sglang",
+                "sglang_service_port": 39999,
+                "sglang_service_sim_load_seconds": 0.3,
+                "sglang_service_sim_warmup_seconds": 0.1,
+                "sglang_service_sim_speed": 50,
+                "sweep_default_config": {"algorithm": "ddtree", "budget": 8, "topk": 4, "window": 2048},
+                "sweep_grid": grid if grid is not None else GRID,
+            },
+        }
+    }
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    return path
+
+
+def test_invalid_configs_are_refused_before_any_restart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("reconfigure must not run for a refused plan")
+
+    monkeypatch.setattr(AnsibleReconfigurer, "reconfigure", never)
+    inv = write_inventory(tmp_path / "inv.yml", simulated=False)
+    grid = tmp_path / "grid.yml"
+    grid.write_text(
+        yaml.safe_dump(
+            {
+                "configs": [
+                    {"algorithm": "ddtree", "budget": 8, "topk": 4},
+                    {"algorithm": "ddtree", "budget": 4, "topk": 8},
+                    {"algorithm": "ddtree", "budget": 8, "topk": 4, "sim_fault": "crash-on-load"},
+                ]
+            }
+        ),
+        encoding="utf-8",
+    )
+    rc = cli.main([str(inv), "--grid", str(grid), "--results", str(tmp_path / "results")])
+    assert rc == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert "nothing was restarted" in err
+    assert "config #2" in err and "topk=8 is out of range" in err
+    assert "config #3" in err and "only allowed for a simulated-engine inventory" in err
+    assert not (tmp_path / "results").exists()
+
+
+def test_dry_run_prints_the_plan_and_estimate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    inv = write_inventory(tmp_path / "inv.yml")
+    rc = cli.main([str(inv), "--dry-run", "--results", str(tmp_path / "results"), "--bench-contexts", "60,1024"])
+    assert rc == ExitCode.OK
+    out = capsys.readouterr().out
+    assert "SIMULATED sweep plan" in out
+    assert "baseline" in out and "crash-on-load" in out
+    assert "estimated duration:" in out
+    assert "contexts [60, 1024]" in out
+    assert not (tmp_path / "results").exists()
+
+
+def _sweep(args: list[str], **kwargs: object) -> subprocess.Popen[str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(BUNDLE) + os.pathsep + env.get("PYTHONPATH", "")
+    proc: subprocess.Popen[str] = subprocess.Popen(
+        [sys.executable, "-m", "repro_py.sweep", *args],
+        cwd=BUNDLE,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        **kwargs,  # type: ignore[call-overload]
+    )
+    return proc
+
+
+def test_sigint_mid_sweep_then_resume_end_to_end(tmp_path: Path) -> None:
+    """Real engines (local processes), real bench and gates; Ctrl-C after the first result; --resume."""
+    inv = write_inventory(tmp_path / "inv.yml")
+    results = tmp_path / "results"
+    bench = ["--bench-contexts", "60", "--bench-concurrency", "1", "2", "--repeats", "1", "--max-tokens", "24"]
+    common = [str(inv), "--reconfigurer", "local", "--results", str(results), "--run-id", "r1", *bench]
+    run_dir = results / "r1"
+    proc = _sweep(common)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list((run_dir / "configs").glob("*.json")):
+        assert proc.poll() is None, proc.communicate()[0]
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == ExitCode.INTERRUPTED, out
+    assert "--resume --run-id r1" in out
+    state = json.loads((run_dir / "state.json").read_text())
+    assert state["status"] == "interrupted"
+    first = {p.name: p.read_bytes() for p in (run_dir / "configs").glob("*.json")}
+    assert 1 <= len(first) < len(GRID)
+    assert not list(run_dir.rglob("*.tmp"))
+
+    proc = _sweep([str(inv), "--reconfigurer", "local", "--results", str(results), "--resume", "--run-id", "r1"])
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == ExitCode.OK, out
+    for name, data in first.items():
+        assert (run_dir / "configs" / name).read_bytes() == data, f"{name} was rerun"
+        assert f"{name[:-5]}: done" in out
+    docs = {p.stem: json.loads(p.read_text()) for p in (run_dir / "configs").glob("*.json")}
+    assert len(docs) == len(GRID)
+    crash = docs["ddtree-b8-t4-w2048-bs8-fault-crash-on-load"]
+    assert crash["failure"]["class"] == "failed_to_start"
+    assert "exited during startup" in crash["failure"]["reason"]
+    assert any("crash-on-load" in line for line in crash["failure"]["journal"])
+    garbled = docs["ddtree-b16-t4-w2048-bs8-fault-mask-offset"]
+    assert garbled["failure"]["class"] == "gate_failed"
+    assert "lossless" in garbled["failure"]["reason"]
+    crashed = docs["ddtree-b4-t4-w2048-bs8-fault-crash-after-3"]
+    assert crashed["failure"]["class"] == "crashed_during_benchmark", crashed["failure"]
+    assert crashed["failure"]["journal"]
+    assert docs["baseline"]["status"] == "ok" and docs["ddtree-b8-t4-w2048-bs8"]["status"] == "ok"
+    assert all(d["engine"]["kind"] == "simulated" for d in docs.values() if d["status"] == "ok")
+
+    summary = (run_dir / "summary.md").read_text()
+    assert summary.startswith("# SIMULATED")
+    assert "ddtree-b16-t4-w2048-bs8-fault-mask-offset | gate_failed |" in summary
+    for png in ("tps_vs_concurrency", "acceptance_vs_budget", "pareto"):
+        assert (run_dir / "plots" / f"{png}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    check = subprocess.run(
+        ["sha256sum", "-c", "--quiet", "MANIFEST.sha256"], check=False, cwd=run_dir, capture_output=True, text=True
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert json.loads((run_dir / "state.json").read_text())["status"] == "complete"
+
+
+def test_extra_vars_are_typed_and_cannot_set_config_keys() -> None:
+    assert cli.parse_extra_vars(["sglang_service_sim_speed=10", "flag=true", "name=x"]) == {
+        "sglang_service_sim_speed": 10,
+        "flag": True,
+        "name": "x",
+    }
+    for bad in ("budget=8", "sim_fault=crash-on-load", "sglang_service_report_path=/x", "novalue", "a b=1"):
+        with pytest.raises(PlanError):
+            cli.parse_extra_vars([bad])

@@ -1,0 +1,180 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from repro_py.sweep import plan as planmod
+from repro_py.sweep.plan import BenchPlan, PlanError
+from tests.sweep.conftest import make_plan, make_target
+
+
+def test_grid_is_a_cartesian_product() -> None:
+    raws = planmod.expand_grid(
+        {"grid": {"algorithm": ["ddtree"], "budget": [4, 8, 16], "topk": [4], "window": [2048, "none"]}},
+        where="t",
+    )
+    assert len(raws) == 6
+    assert {(r["budget"], r["window"]) for r in raws} == {(b, w) for b in (4, 8, 16) for w in (2048, "none")}
+
+
+def test_explicit_list_and_grid_combine(tmp_path: Path) -> None:
+    path = tmp_path / "grid.yml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "configs": [{"algorithm": "none"}, {"algorithm": "dflash", "block_size": 8, "window": 2048}],
+                "grid": {"budget": [8, 12], "topk": [4, 6]},
+            }
+        ),
+        encoding="utf-8",
+    )
+    raws = planmod.load_grid_file(path)
+    assert len(raws) == 2 + 4
+    plan = make_plan(raws, tmp_path=tmp_path)
+    labels = [c.label for c in plan.configs]
+    assert labels[0] == "baseline"  # the lossless reference runs first
+    assert "dflash-w2048-bs8" in labels
+    assert "ddtree-b12-t6-wnone-bs8" in labels
+    assert len(labels) == 6
+
+
+def test_plain_list_grid_from_inventory_var() -> None:
+    target = make_target(hostvars={"sweep_grid": [{"budget": 8, "topk": 4}, {"budget": 4, "topk": 4}]})
+    assert planmod.grid_from_target(target) == [{"budget": 8, "topk": 4}, {"budget": 4, "topk": 4}]
+
+
+def test_missing_grid_var_is_refused() -> None:
+    with pytest.raises(PlanError, match="no sweep_grid"):
+        planmod.grid_from_target(make_target())
+
+
+def test_every_invalid_config_is_listed_with_its_message(tmp_path: Path) -> None:
+    raws: list[dict[str, object]] = [
+        {"algorithm": "ddtree", "budget": 8, "topk": 4},
+        {"algorithm": "ddtree", "budget": 8, "topk": 12},
+        {"algorithm": "ddtree", "budget": 999, "topk": 4},
+        {"algorithm": "none", "budget": 8},
+        {"algorithm": "ddtree", "budget": 8, "topk": 4, "block_size": 12},
+        {"algorithm": "eagle"},
+        {"algorithm": "ddtree", "budget": 8, "topk": 4, "colour": "red"},
+    ]
+    with pytest.raises(PlanError) as info:
+        make_plan(raws, tmp_path=tmp_path)
+    problems = info.value.problems
+    assert len(problems) == 6
+    text = "\n".join(problems)
+    assert "config #2" in text and "topk must be <= budget=8" in text
+    assert "config #3" in text and "budget=999 is out of range" in text
+    assert "config #4" in text and "algorithm=none" in text
+    assert "config #5" in text and "block_size=12 is not allowed" in text
+    assert "config #6" in text and "algorithm='eagle' is not allowed" in text
+    assert "config #7" in text and "unknown key(s) colour" in text
+    assert all("invalid_config" in p for p in problems)
+
+
+def test_duplicates_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(PlanError, match="duplicates config #1"):
+        make_plan([{"budget": 8, "topk": 4}, {"budget": "8", "topk": "4"}], tmp_path=tmp_path)
+
+
+def test_empty_grid_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(PlanError, match="empty"):
+        make_plan([], tmp_path=tmp_path)
+
+
+def test_sim_fault_only_for_simulated_engine(tmp_path: Path) -> None:
+    raws: list[dict[str, object]] = [{"budget": 8, "topk": 4, "sim_fault": "crash-on-load"}]
+    plan = make_plan(raws, tmp_path=tmp_path, simulated=True)
+    cfg = plan.configs[0]
+    assert cfg.sim_fault == "crash-on-load"
+    assert cfg.label == "ddtree-b8-t4-wnone-bs8-fault-crash-on-load"
+    assert cfg.extravars()["sim_fault"] == "crash-on-load"
+    with pytest.raises(PlanError, match="only allowed for a simulated-engine inventory"):
+        make_plan(raws, tmp_path=tmp_path, simulated=False)
+
+
+def test_unknown_sim_fault_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(PlanError, match="unknown fault"):
+        make_plan([{"budget": 8, "topk": 4, "sim_fault": "explode"}], tmp_path=tmp_path)
+
+
+def test_extravars_use_short_keys() -> None:
+    cfg = planmod.validate_config({"algorithm": "dflash", "block_size": 8}, simulated=True)
+    assert cfg.extravars() == {"algorithm": "dflash", "window": "none", "block_size": 8}
+    cfg = planmod.validate_config({"algorithm": "none"}, simulated=True)
+    assert cfg.extravars() == {"algorithm": "none"}
+    cfg = planmod.validate_config({"budget": 8, "topk": 4, "window": 2048, "sim_fault": "mask-offset"}, simulated=True)
+    assert cfg.extravars() == {
+        "algorithm": "ddtree",
+        "budget": 8,
+        "topk": 4,
+        "window": 2048,
+        "block_size": 8,
+        "sim_fault": "mask-offset",
+    }
+
+
+def test_invalid_default_config_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(PlanError, match="sweep_default_config"):
+        make_plan([{"budget": 8, "topk": 4}], tmp_path=tmp_path, default={"budget": 8, "topk": 40})
+
+
+def test_estimate_from_inventory_and_history(tmp_path: Path) -> None:
+    bench = BenchPlan(contexts=(60,), concurrency=(1, 8), repeats=1, max_tokens=16)
+    target = make_target(hostvars={"sweep_load_time_s": 400, "sweep_cell_time_s": 30, "sweep_gates_time_s": 60})
+    cfgs = [planmod.validate_config({"budget": 8, "topk": 4}, simulated=True)]
+    est = planmod.estimate(target, cfgs, bench, tmp_path)
+    assert est["per_config_s"] == 400 + 2 * 30 + 60
+    assert est["total_s"] == est["per_config_s"] + 400  # plus the restore
+    # history: earlier runs on the same host give the load time
+    doc = {
+        "status": "ok",
+        "fingerprint": {"host": "testhost"},
+        "reconfigure": {"time_to_ready_s": 123.0},
+        "bench": {"cells": [{}, {}], "settings": {"repeats": 1, "max_tokens": 16}},
+        "timing": {"bench_s": 50.0, "gates_s": 30.0},
+    }
+    path = tmp_path / "old-run" / "configs" / "x.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    est = planmod.estimate(make_target(), cfgs, bench, tmp_path)
+    assert est["load_s_per_config"] == 123.0
+    assert est["bench_s_per_cell"] == 25.0
+    assert est["gates_s_per_config"] == 30.0
+
+
+def _inventory(hosts: dict[str, dict[str, object]]) -> dict[str, object]:
+    return {
+        "_meta": {"hostvars": hosts},
+        "all": {"children": ["ungrouped", "engines"]},
+        "engines": {"hosts": sorted(hosts)},
+    }
+
+
+def test_target_endpoint_and_engine_from_vars() -> None:
+    data = _inventory(
+        {"h1": {"ansible_host": "10.0.0.5", "sglang_service_port": 30010, "sglang_service_engine": "simulated"}}
+    )
+    target = planmod.load_target(Path("inv"), data=data)
+    assert target.endpoint.base_url == "http://10.0.0.5:30010"
+    assert target.simulated
+    data = _inventory({"h1": {"sweep_endpoint_url": "http://127.0.0.1:4000/", "sglang_service_engine": "sglang"}})
+    target = planmod.load_target(Path("inv"), data=data)
+    assert target.endpoint.base_url == "http://127.0.0.1:4000"
+    assert target.engine_kind == "real"
+
+
+def test_several_hosts_need_a_limit() -> None:
+    data = _inventory({"h1": {}, "h2": {}})
+    with pytest.raises(PlanError, match="--limit-hosts"):
+        planmod.load_target(Path("inv"), data=data)
+    assert planmod.load_target(Path("inv"), data=data, limit="h2").host == "h2"
+
+
+def test_format_duration() -> None:
+    assert planmod.format_duration(5) == "5s"
+    assert planmod.format_duration(125) == "2m05s"
+    assert planmod.format_duration(3 * 3600 + 60) == "3h01m"
