@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Build, on the controller, the offline wheelhouse the systemd test host needs
+# (the same path an air-gapped GPU cluster takes):
+#   - every wheel of requirements/testhost.lock        (cp311, manylinux x86_64, hash-checked)
+#   - every wheel of requirements/cuda-13.0.3-wheels.lock (CUDA 13.0.3 nvcc/cudart/cccl/nvrtc)
+#   - the real sglang 0.5.23 wheel, --no-deps, sha256-pinned below (patched by roles/sglang_patches)
+#   - this project's own wheel (repro-py), built reproducibly (SOURCE_DATE_EPOCH)
+# and writes DIR/SHA256SUMS. A second run with unchanged inputs only rebuilds
+# the project wheel (seconds) and leaves every file untouched.
+#
+# Usage: scripts/build-wheelhouse.sh DIR [--python-version 3.11] [--platform manylinux_2_36_x86_64]
+#        scripts/build-wheelhouse.sh DIR --production   (the sglang 0.5.23 production lock, cp312: ~4.4 GB)
+# Env:   PYTHON (default: .venv/bin/python, else python3) used for `pip download` / `pip wheel`.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+req="$root/requirements"
+# The sglang 0.5.23 wheel the test host installs with --no-deps (Python 3.11).
+sglang_version="0.5.23"
+sglang_wheel="sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl"
+sglang_sha256="00b3cd5b265ac76c64185fbb6b95424f324ddd9f428d0306b77bc9db9d859937"
+
+dir=""
+pyver="3.11"
+platform="manylinux_2_36_x86_64"
+production=0
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --python-version) pyver="$2"; shift ;;
+        --platform) platform="$2"; shift ;;
+        --production) production=1; pyver="3.12"; platform="manylinux_2_39_x86_64" ;;
+        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+        -*) echo "build-wheelhouse: unknown option '$1'" >&2; exit 2 ;;
+        *) dir="$1" ;;
+    esac
+    shift
+done
+[[ -n "$dir" ]] || { echo "usage: $0 DIR [--production]" >&2; exit 2; }
+mkdir -p "$dir"
+dir=$(cd "$dir" && pwd)
+
+python="${PYTHON:-}"
+if [[ -z "$python" ]]; then
+    if [[ -x "$root/.venv/bin/python" ]]; then python="$root/.venv/bin/python"; else python=python3; fi
+fi
+# Registry only: ignore the machine's pip configuration (local wheel dirs, constraints).
+export PIP_CONFIG_FILE=/dev/null PIP_DISABLE_PIP_VERSION_CHECK=1
+unset PIP_FIND_LINKS PIP_CONSTRAINT PIP_EXTRA_INDEX_URL PIP_NO_INDEX || true
+
+if [[ $production -eq 1 ]]; then
+    locks=("$req/sglang-0.5.23-cu130.lock")
+else
+    locks=("$req/testhost.lock" "$req/cuda-13.0.3-wheels.lock")
+fi
+
+# `pip download --platform` takes exact tags: list every manylinux tag that a
+# host with this glibc accepts (manylinux_2_36 down to manylinux_2_17 and the
+# legacy aliases), as pip does for the running interpreter.
+plat_args=()
+if [[ "$platform" =~ ^manylinux_2_([0-9]+)_(x86_64|aarch64)$ ]]; then
+    arch=${BASH_REMATCH[2]}
+    for ((m = BASH_REMATCH[1]; m >= 5; m--)); do plat_args+=(--platform "manylinux_2_${m}_$arch"); done
+    plat_args+=(--platform "manylinux2014_$arch" --platform "manylinux2010_$arch" --platform "manylinux1_$arch")
+else
+    plat_args+=(--platform "$platform")
+fi
+
+start=$SECONDS
+# The stamp records what the downloaded part was built from; when it matches and
+# every listed file still has its checksum, nothing is downloaded again.
+stamp_want=$( { echo "py=$pyver platform=$platform sglang=$sglang_sha256 production=$production";
+                sha256sum "${locks[@]}" | awk '{print $1}'; } | sha256sum | awk '{print $1}')
+stamp="$dir/.downloads.stamp"
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$stamp_want" && -f "$dir/SHA256SUMS" ]] \
+    && (cd "$dir" && grep -v ' repro_py-' SHA256SUMS | sha256sum --quiet -c -); then
+    echo "build-wheelhouse: downloads up to date"
+else
+    rm -f "$stamp"
+    for lock in "${locks[@]}"; do
+        echo "build-wheelhouse: downloading $(basename "$lock") for cp${pyver/./} $platform"
+        "$python" -m pip download --quiet --require-hashes --no-deps --only-binary=:all: \
+            --python-version "$pyver" "${plat_args[@]}" --implementation cp \
+            -r "$lock" -d "$dir"
+    done
+    if [[ $production -eq 0 ]]; then
+        if ! echo "$sglang_sha256  $dir/$sglang_wheel" | sha256sum --quiet -c - 2>/dev/null; then
+            echo "build-wheelhouse: downloading sglang==$sglang_version (--no-deps)"
+            tmpreq=$(mktemp)
+            echo "sglang==$sglang_version --hash=sha256:$sglang_sha256" > "$tmpreq"
+            "$python" -m pip download --quiet --require-hashes --no-deps --only-binary=:all: \
+                --python-version "$pyver" "${plat_args[@]}" --implementation cp \
+                -r "$tmpreq" -d "$dir"
+            rm -f "$tmpreq"
+        fi
+    fi
+fi
+
+# This project's wheel: reproducible bytes, so an unchanged tree gives the same
+# sha256 and the file is left alone (the roles see no change).
+build=$(mktemp -d)
+trap 'rm -rf "$build"' EXIT
+epoch=$(git -C "$root" log -1 --format=%ct 2>/dev/null || echo 315532800)
+cp -r "$root/pyproject.toml" "$root/repro_py" "$build/"
+find "$build" -name '__pycache__' -prune -exec rm -rf {} +
+find "$build" -exec touch -h -d "@$epoch" {} +
+# Isolated build: the backend (setuptools, as pyproject.toml pins) comes from the registry.
+SOURCE_DATE_EPOCH=$epoch "$python" -m pip wheel --quiet --no-deps -w "$build/out" "$build" >/dev/null
+new=$(ls "$build"/out/repro_py-*.whl)
+name=$(basename "$new")
+if [[ -f "$dir/$name" ]] && cmp -s "$new" "$dir/$name"; then
+    echo "build-wheelhouse: $name unchanged"
+else
+    find "$dir" -maxdepth 1 -name 'repro_py-*.whl' ! -name "$name" -delete
+    cp "$new" "$dir/$name"
+    echo "build-wheelhouse: $name built"
+fi
+
+(cd "$dir" && sha256sum -- *.whl > SHA256SUMS.tmp && mv SHA256SUMS.tmp SHA256SUMS)
+echo "$stamp_want" > "$stamp"
+echo "build-wheelhouse: $dir: $(ls "$dir"/*.whl | wc -l) wheels, $(du -sh "$dir" | cut -f1), $((SECONDS - start)) s"
