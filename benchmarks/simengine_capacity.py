@@ -36,7 +36,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from repro_py.simengine import perf_model
-from repro_py.simengine.testing import start_engine
+from repro_py.simengine.testing import Engine, start_engine
 
 ENGINE_ARGS = [
     "--speculative-algorithm", "DDTREE", "--speculative-dflash-block-size", "8",
@@ -79,12 +79,9 @@ async def _drive(url: str, streams: int, max_tokens: int) -> tuple[float, int, i
     return wall, sum(t for t, _ in results), sum(c for _, c in results)
 
 
-def _pacing(url: str) -> dict[str, float]:
-    import urllib.request  # noqa: PLC0415
-
-    with urllib.request.urlopen(url + "/server_info", timeout=10) as resp:
-        pacing: dict[str, float] = json.loads(resp.read())["sim"]["pacing"]
-        return pacing
+def _pacing(eng: Engine) -> dict[str, float]:
+    pacing: dict[str, float] = eng.get_json("/server_info")["sim"]["pacing"]
+    return pacing
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -125,11 +122,11 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 os.sched_setaffinity(eng.pid, {ns.engine_core})
                 eng.wait_ready(30)
-                before = _pacing(eng.url)
+                before = _pacing(eng)
                 cpu0 = _cpu_seconds(eng.pid)
                 wall, tokens, chunks = asyncio.run(_drive(eng.url, ns.streams, ns.max_tokens))
                 cpu = _cpu_seconds(eng.pid) - cpu0
-                after = _pacing(eng.url)
+                after = _pacing(eng)
             finally:
                 eng.stop()
             modelled_s = after["modelled_seconds"] - before["modelled_seconds"]

@@ -39,9 +39,10 @@ from repro_py import manifest
 from repro_py.atomicio import write_json_atomic
 from repro_py.endpoint import Endpoint
 from repro_py.report.render import build_report
+from repro_py.simengine.testing import free_port
 from repro_py.sweep import plan as planmod
 from repro_py.sweep import state
-from repro_py.sweep.localproc import LocalProcessReconfigurer, free_port
+from repro_py.sweep.localproc import LocalProcessReconfigurer
 from repro_py.sweep.measure import BundleMeasure
 from repro_py.sweep.runner import SweepOptions, SweepRunner
 

@@ -20,8 +20,10 @@ from rich.table import Table
 
 from repro_py.atomicio import write_json_atomic
 from repro_py.bench.matrix import DEFAULT_CONCURRENCY, DEFAULT_CONTEXTS, BenchSettings, cell_ok, run_matrix
+from repro_py.cliparse import parse_or_exit_code
 from repro_py.endpoint import Endpoint
 from repro_py.exitcodes import ExitCode
+from repro_py.simmark import sim_note
 
 
 def int_list(text: str) -> tuple[int, ...]:
@@ -72,8 +74,8 @@ def _fmt(x: object, spec: str = ".1f") -> str:
 def render_table(result: dict[str, Any], console: Console) -> None:
     engine = result.get("engine", {})
     title = f"{result['settings']['url']}  engine={engine.get('kind')} version={engine.get('version')}"
-    if engine.get("sim_speed") is not None:
-        title += f" sim_speed={engine['sim_speed']}"
+    if engine.get("kind") == "simulated":
+        title += f"\n{sim_note([engine.get('sim_speed')])}"
     table = Table(title=title)
     for col in ("ctx", "C", "status", "tok/s", "CV", "tok/s/req", "TTFT p50/p99 ms", "ITL p50/p99 ms",
                 "accept (steps)", "errors", "note"):
@@ -100,10 +102,9 @@ def render_table(result: dict[str, Any], console: Console) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code) if isinstance(exc.code, int) else int(ExitCode.USAGE)
+    args = parse_or_exit_code(parser, argv)
+    if isinstance(args, int):
+        return args
     try:
         endpoint = Endpoint(args.url, args.api_key, args.model)
         settings = BenchSettings(

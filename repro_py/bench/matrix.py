@@ -105,9 +105,17 @@ def kv_skip_reason(
     return None
 
 
-async def flush_cache(session: aiohttp.ClientSession, endpoint: Endpoint, *, tries: int = 20) -> str | None:
-    """POST ``/flush_cache`` (retrying while the server is busy); ``None`` on success, else why not."""
+async def flush_cache(
+    session: aiohttp.ClientSession, endpoint: Endpoint, *, tries: int = 20, connect_tries: int = 3
+) -> str | None:
+    """POST ``/flush_cache`` (retrying while the server is busy); ``None`` on success, else why not.
+
+    A busy server (it refuses to flush while requests run) is retried up to ``tries`` times; a server
+    that cannot be reached at all (e.g. it crashed) only ``connect_tries`` times: waiting longer does
+    not bring it back, and the cell's requests report the failure themselves.
+    """
     last = ""
+    unreachable = 0
     for _ in range(tries):
         try:
             async with session.post(
@@ -119,6 +127,11 @@ async def flush_cache(session: aiohttp.ClientSession, endpoint: Endpoint, *, tri
                 if resp.status in (404, 405):
                     return f"POST /flush_cache returned HTTP {resp.status}: cache not flushed"
                 last = f"HTTP {resp.status}: {text[:200]!r}"
+        except aiohttp.ClientConnectorError as exc:
+            last = f"{type(exc).__name__}: {exc}"
+            unreachable += 1
+            if unreachable >= connect_tries:
+                break
         except (aiohttp.ClientError, TimeoutError) as exc:
             last = f"{type(exc).__name__}: {exc}"
         await asyncio.sleep(0.25)

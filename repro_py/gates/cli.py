@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from repro_py.atomicio import write_json_atomic
+from repro_py.cliparse import parse_or_exit_code
 from repro_py.endpoint import Endpoint
 from repro_py.exitcodes import ExitCode
 from repro_py.gates import run_gates
@@ -72,10 +73,9 @@ def _summary(result: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code) if isinstance(exc.code, int) else int(ExitCode.USAGE)
+    args = parse_or_exit_code(parser, argv)
+    if isinstance(args, int):
+        return args
     try:
         endpoint = Endpoint(args.url, args.api_key, args.model)
         expected = validate(parse_expect(args.expect))

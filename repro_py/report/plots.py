@@ -4,7 +4,11 @@
 ``acceptance_vs_budget.png`` acceptance length vs DDTree budget (one line per top-K; DFlash as reference lines)
 ``pareto.png``               single-stream vs aggregate tok/s, the Pareto front of gate-passing configs
 
-A simulated run carries SIMULATED in every title and as a watermark.
+A simulated run carries SIMULATED and its sim-speed factor in every title
+(``SIMULATED, sim-speed x10: figures are model outputs x10``), in the PNG
+``Title`` metadata and in a watermark. When the results come from several
+sim speeds, the title says MIXED and every config's legend entry or
+annotation carries its own factor, so figures are never mixed silently.
 """
 
 from __future__ import annotations
@@ -19,21 +23,34 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from repro_py.report.tables import Run, cell_rows
-
-SIM_MARK = "SIMULATED"
-
-
-def _title(text: str, simulated: bool) -> str:
-    return f"{SIM_MARK}: {text}" if simulated else text
+from repro_py.report.tables import Run, cell_rows, sim_speed
+from repro_py.simmark import SIM_MARK, sim_note, speed_text
 
 
-def _finish(fig: Any, path: Path, simulated: bool) -> Path:
+def _title(text: str, run: Run) -> str:
+    """The plot's title; a simulated run's gets a second line with the sim-speed note."""
+    return f"{text}\n{sim_note(run.sim_speeds)}" if run.simulated else text
+
+
+def _watermark(run: Run) -> str:
+    speeds = run.sim_speeds
+    if len(speeds) == 1:
+        return f"{SIM_MARK} {speed_text(speeds[0])}"
+    return f"{SIM_MARK} MIXED" if speeds else SIM_MARK
+
+
+def _speed_suffix(run: Run, speed: float | None) -> str:
+    """`` [x10]`` after a config's name when the run mixes sim speeds; empty otherwise."""
+    return f" [{speed_text(speed)}]" if run.mixed_speeds else ""
+
+
+def _finish(fig: Any, path: Path, run: Run) -> Path:
+    simulated = run.simulated
     if simulated:
         fig.text(
             0.5,
             0.5,
-            SIM_MARK,
+            _watermark(run),
             fontsize=54,
             color="red",
             alpha=0.12,
@@ -44,7 +61,8 @@ def _finish(fig: Any, path: Path, simulated: bool) -> Path:
         )
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    fig.savefig(tmp, format="png", dpi=110, metadata={"Title": path.stem + (f" ({SIM_MARK})" if simulated else "")})
+    title = f"{path.stem} ({sim_note(run.sim_speeds)})" if simulated else path.stem
+    fig.savefig(tmp, format="png", dpi=110, metadata={"Title": title})
     plt.close(fig)
     tmp.replace(path)
     return path
@@ -57,7 +75,6 @@ def _empty(ax: Any, text: str) -> None:
 
 
 def tps_vs_concurrency(run: Run, path: Path) -> Path:
-    sim = run.simulated
     contexts = run.contexts or [0]
     fig, axes = plt.subplots(
         1, len(contexts), figsize=(4.2 * len(contexts) + 2.5, 4.4), squeeze=False, layout="constrained"
@@ -67,8 +84,9 @@ def tps_vs_concurrency(run: Run, path: Path) -> Path:
     for item in cell_rows(run):
         if item["output_tps"] is None:
             continue
-        series[(int(item["context"]), str(item["label"]))].append((int(item["concurrency"]), float(item["output_tps"])))
-        gate_ok[str(item["label"])] = bool(item["gates_passed"])
+        label = str(item["label"]) + _speed_suffix(run, item["sim_speed"])
+        series[(int(item["context"]), label)].append((int(item["concurrency"]), float(item["output_tps"])))
+        gate_ok[label] = bool(item["gates_passed"])
     for ax, context in zip(axes[0], contexts, strict=True):
         plotted = False
         for (ctx, label), points in sorted(series.items()):
@@ -98,17 +116,16 @@ def tps_vs_concurrency(run: Run, path: Path) -> Path:
     handles, labels = axes[0][0].get_legend_handles_labels()
     if handles:
         fig.legend(handles, labels, loc="outside right center", fontsize="small")
-    fig.suptitle(_title("tokens/s vs concurrency per config", sim))
-    return _finish(fig, path, sim)
+    fig.suptitle(_title("tokens/s vs concurrency per config", run))
+    return _finish(fig, path, run)
 
 
 def acceptance_vs_budget(run: Run, path: Path) -> Path:
-    sim = run.simulated
     contexts, conc = run.contexts, run.concurrency
     short = contexts[0] if contexts else None
     low = conc[0] if conc else None
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    by_topk: dict[tuple[object, object, object], list[tuple[int, float]]] = defaultdict(list)
+    by_topk: dict[tuple[object, object, object, float | None], list[tuple[int, float]]] = defaultdict(list)
     flat: list[tuple[str, float]] = []
     failed: list[tuple[str, int, float]] = []
     for result in run.results:
@@ -119,22 +136,24 @@ def acceptance_vs_budget(run: Run, path: Path) -> Path:
                 accept = (cell.get("median") or {}).get("accept_length")
         if not isinstance(accept, int | float):
             continue
+        speed = sim_speed(result) if run.mixed_speeds else None
+        label = str(result.get("label")) + _speed_suffix(run, speed)
         if result.get("status") != "ok" or not (result.get("gates") or {}).get("passed"):
             if isinstance(cfg.get("budget"), int):
-                failed.append((str(result.get("label")), int(cfg["budget"]), float(accept)))
+                failed.append((label, int(cfg["budget"]), float(accept)))
             continue
         if cfg.get("algorithm") == "ddtree" and isinstance(cfg.get("budget"), int):
-            key = (cfg.get("topk"), cfg.get("block_size"), cfg.get("window"))
+            key = (cfg.get("topk"), cfg.get("block_size"), cfg.get("window"), speed)
             by_topk[key].append((int(cfg["budget"]), float(accept)))
         else:
-            flat.append((str(result.get("label")), float(accept)))
-    for (topk, block, window), points in sorted(by_topk.items(), key=lambda kv: str(kv[0])):
+            flat.append((label, float(accept)))
+    for (topk, block, window, speed), points in sorted(by_topk.items(), key=lambda kv: str(kv[0])):
         points.sort()
         ax.plot(
             [p[0] for p in points],
             [p[1] for p in points],
             marker="o",
-            label=f"ddtree topk={topk} bs={block} w={window}",
+            label=f"ddtree topk={topk} bs={block} w={window}" + _speed_suffix(run, speed),
         )
     for label, accept in flat:
         ax.axhline(accept, linestyle="--", alpha=0.6, label=f"{label} ({accept:.2f})")
@@ -147,9 +166,9 @@ def acceptance_vs_budget(run: Run, path: Path) -> Path:
         ax.legend(fontsize="small")
     else:
         _empty(ax, "no acceptance figures")
-    ax.set_title(_title("acceptance vs budget", sim))
+    ax.set_title(_title("acceptance vs budget", run))
     fig.tight_layout()
-    return _finish(fig, path, sim)
+    return _finish(fig, path, run)
 
 
 def pareto_front(points: Sequence[tuple[str, float, float]]) -> list[tuple[str, float, float]]:
@@ -161,7 +180,6 @@ def pareto_front(points: Sequence[tuple[str, float, float]]) -> list[tuple[str, 
 
 
 def pareto(run: Run, table: Sequence[Mapping[str, Any]], path: Path) -> Path:
-    sim = run.simulated
     fig, ax = plt.subplots(figsize=(6.5, 4.8))
     ok_points: list[tuple[str, float, float]] = []
     bad_points: list[tuple[str, float, float]] = []
@@ -169,12 +187,18 @@ def pareto(run: Run, table: Sequence[Mapping[str, Any]], path: Path) -> Path:
         x, y = row.get("single_stream_tps"), row.get("aggregate_tps")
         if not isinstance(x, int | float) or not isinstance(y, int | float):
             continue
-        (ok_points if row.get("gates_passed") else bad_points).append((str(row["label"]), float(x), float(y)))
+        label = str(row["label"]) + _speed_suffix(run, row.get("sim_speed"))
+        (ok_points if row.get("gates_passed") else bad_points).append((label, float(x), float(y)))
     if ok_points or bad_points:
         if ok_points:
             ax.scatter([p[1] for p in ok_points], [p[2] for p in ok_points], label="gates passed")
-            front = pareto_front(ok_points)
-            ax.plot([p[1] for p in front], [p[2] for p in front], "-", color="green", alpha=0.6, label="Pareto front")
+            if run.mixed_speeds:  # a front across sim speeds would compare figures that are not comparable
+                ax.plot([], [], " ", label="no Pareto front: mixed sim speeds")
+            else:
+                front = pareto_front(ok_points)
+                ax.plot(
+                    [p[1] for p in front], [p[2] for p in front], "-", color="green", alpha=0.6, label="Pareto front"
+                )
         if bad_points:
             ax.scatter(
                 [p[1] for p in bad_points], [p[2] for p in bad_points], marker="x", color="red", label="gate failed"
@@ -188,9 +212,9 @@ def pareto(run: Run, table: Sequence[Mapping[str, Any]], path: Path) -> Path:
         ax.legend(fontsize="small")
     else:
         _empty(ax, "no configs with both figures")
-    ax.set_title(_title("single-stream vs aggregate throughput", sim))
+    ax.set_title(_title("single-stream vs aggregate throughput", run))
     fig.tight_layout()
-    return _finish(fig, path, sim)
+    return _finish(fig, path, run)
 
 
 def render_all(run: Run, table: Sequence[Mapping[str, Any]], out_dir: Path) -> dict[str, Path]:

@@ -5,7 +5,9 @@ gate passed; a config that is fast but garbles, fails the coding eval or does
 not echo its settings never wins. Within an objective the highest median
 figure wins; when the runner-up is within the measured spread (twice the
 larger coefficient of variation) the note says so, and a noisy winner cell is
-flagged.
+flagged. Configs measured at different simulated speeds (``sim_speed``) are
+not compared: when the eligible configs span several, no winner is picked and
+the note says why.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from repro_py.simmark import speed_text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +104,11 @@ def pick(objective: Objective, table: Sequence[Mapping[str, Any]]) -> Winner:
         eligible.append((value, row))
     if not eligible:
         return Winner(objective, None, None, None, None, 0, excluded, "no config passed the gates with this figure")
+    speeds = sorted({_value(row, "sim_speed") for _, row in eligible}, key=lambda v: -1.0 if v is None else v)
+    if len(speeds) > 1:
+        listed = ", ".join(speed_text(v) for v in speeds)
+        note = f"no winner: eligible configs ran at different sim speeds ({listed}); their figures are not comparable"
+        return Winner(objective, None, None, None, None, len(eligible), excluded, note)
     eligible.sort(key=lambda item: item[0], reverse=True)
     best_v, best = eligible[0]
     notes: list[str] = []

@@ -19,6 +19,7 @@ from repro_py import manifest
 from repro_py.atomicio import write_text_atomic
 from repro_py.exitcodes import ExitCode
 from repro_py.report import plots, recommend, tables
+from repro_py.simmark import sim_note, speed_text
 
 TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "templates" / "report"
 SUMMARY_TEMPLATE = "summary.md.j2"
@@ -69,12 +70,14 @@ def context(
     plan = run.plan
     failed = [r for r in table if r["status"] != "ok"]
     engines = sorted({str((res.get("engine") or {}).get("version")) for res in run.results} - {"None", ""})
-    speeds = sorted({r["sim_speed"] for r in table if isinstance(r.get("sim_speed"), float)})
+    speeds = run.sim_speeds
     fingerprints = [{"label": res.get("label"), **(res.get("fingerprint") or {})} for res in run.results]
     return {
         "run_id": run.run_id,
         "simulated": run.simulated,
-        "sim_speeds": speeds,
+        "sim_speeds": [speed_text(v) for v in speeds],
+        "sim_note": sim_note(speeds) if run.simulated else None,
+        "mixed_speeds": run.mixed_speeds,
         "host": plan.get("host") or "-",
         "endpoint": plan.get("endpoint") or "-",
         "grid_source": plan.get("grid_source") or "-",

@@ -18,8 +18,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from repro_py.simmark import SIM_MARK, distinct_speeds, speed_text
+
 CSV_COLUMNS: tuple[str, ...] = (
     "engine",
+    "sim_speed",
     "label",
     "algorithm",
     "budget",
@@ -43,7 +46,6 @@ CSV_COLUMNS: tuple[str, ...] = (
     "noisy_cells",
     "error_cells",
     "time_to_ready_s",
-    "sim_speed",
     "engine_version",
     "unit_sha256",
     "wall_s",
@@ -68,6 +70,16 @@ class Run:
         return any((r.get("engine") or {}).get("kind") == "simulated" for r in self.results) or any(
             (r.get("fingerprint") or {}).get("engine_kind") == "simulated" for r in self.results
         )
+
+    @property
+    def sim_speeds(self) -> list[float]:
+        """The distinct ``--sim-speed`` factors of the results (empty for a real run)."""
+        return distinct_speeds(sim_speed(r) for r in self.results)
+
+    @property
+    def mixed_speeds(self) -> bool:
+        """True when the results come from more than one sim speed: their figures are not comparable."""
+        return len(self.sim_speeds) > 1
 
     @property
     def contexts(self) -> list[int]:
@@ -96,6 +108,17 @@ def load_run(path: Path) -> Run:
     order = {item.get("label"): i for i, item in enumerate(plan.get("configs") or []) if isinstance(item, dict)}
     results.sort(key=lambda r: (order.get(r.get("label"), len(order)), str(r.get("label"))))
     return Run(path=path, plan=plan, results=results, state=_load_json(path / "state.json"))
+
+
+def sim_speed(result: Mapping[str, Any]) -> float | None:
+    """The engine's ``--sim-speed`` factor for one result (None for a real engine or when unknown)."""
+    return _num((result.get("engine") or {}).get("sim_speed"))
+
+
+def _sim_mark(result: Mapping[str, Any]) -> str:
+    """``SIMULATED x10`` for a row; plain ``SIMULATED`` when the engine never reported its speed."""
+    speed = sim_speed(result)
+    return SIM_MARK if speed is None else f"{SIM_MARK} {speed_text(speed)}"
 
 
 def _cells(result: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -156,7 +179,8 @@ def row(run: Run, result: Mapping[str, Any]) -> dict[str, Any]:
     cells = _cells(result)
     simulated = engine.get("kind") == "simulated" or fp.get("engine_kind") == "simulated" or run.simulated
     return {
-        "engine": "SIMULATED" if simulated else "real",
+        "engine": SIM_MARK if simulated else "real",
+        "sim_mark": _sim_mark(result) if simulated else None,
         "label": result.get("label"),
         "algorithm": cfg.get("algorithm"),
         "budget": cfg.get("budget"),
@@ -181,7 +205,7 @@ def row(run: Run, result: Mapping[str, Any]) -> dict[str, Any]:
         "noisy_cells": sum(1 for c in cells if c.get("noisy")),
         "error_cells": sum(1 for c in cells if c.get("status") == "error"),
         "time_to_ready_s": _num((result.get("reconfigure") or {}).get("time_to_ready_s")),
-        "sim_speed": _num(engine.get("sim_speed")),
+        "sim_speed": sim_speed(result),
         "engine_version": engine.get("version") or fp.get("sglang_version"),
         "unit_sha256": fp.get("unit_sha256"),
         "wall_s": _num(result.get("wall_s")),
@@ -198,6 +222,7 @@ def cell_rows(run: Run) -> Iterable[dict[str, Any]]:
         for cell in _cells(result):
             yield {
                 "label": result.get("label"),
+                "sim_speed": sim_speed(result),
                 "status": result.get("status"),
                 "gates_passed": gates_passed(result),
                 "context": cell.get("context"),

@@ -12,6 +12,8 @@ import json
 import sys
 from pathlib import Path
 
+from repro_py.exitcodes import ExitCode
+
 SIM_NOTE = "SIMULATED model directory for repro_py.simengine; it holds no weights"
 
 
@@ -60,10 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     ns = parser.parse_args(argv)
     if ns.drafter_block_size < 1:
         print(f"error: --drafter-block-size {ns.drafter_block_size}: must be >= 1", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     paths = write_model_dirs(ns.dir, drafter_block_size=ns.drafter_block_size, context_length=ns.context_length)
     print(json.dumps(paths))
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from repro_py import spec_config
 from repro_py.simengine.fixtures import write_model_dirs
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -37,6 +38,25 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def port_open(host: str, port: int, timeout: float = 0.2) -> bool:
+    """True when something accepts TCP connections on ``host:port``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        return sock.connect_ex((host, port)) == 0
+
+
+def terminate(proc: subprocess.Popen[bytes], timeout: float) -> int:
+    """SIGTERM, wait up to ``timeout``; SIGKILL if it does not exit in time. Returns the exit status."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+    return int(proc.returncode)
 
 
 @dataclasses.dataclass
@@ -58,9 +78,7 @@ class Engine:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
 
     def listening(self) -> bool:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.settimeout(0.2)
-            return sock.connect_ex(("127.0.0.1", self.port)) == 0
+        return port_open("127.0.0.1", self.port)
 
     def get(self, path: str, timeout: float = 5.0) -> tuple[int, bytes, dict[str, str]]:
         """GET without raising on HTTP errors: (status, body, headers)."""
@@ -110,14 +128,7 @@ class Engine:
 
     def stop(self, timeout: float = 15.0) -> int:
         """SIGTERM, wait; SIGKILL if it does not exit in time. Returns the exit status."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
-        return int(self.proc.returncode)
+        return terminate(self.proc, timeout)
 
     def __enter__(self) -> Engine:
         return self
@@ -128,8 +139,46 @@ class Engine:
         self.stop()
 
 
+def ddtree_flags(budget: int = 8, topk: int = 4, window: int | None = 2048, block: int = 8) -> list[str]:
+    """A DDTree config's engine flags, as the sweep and the role write them (the drafter path is added on start)."""
+    cfg = spec_config.SpecConfig(algorithm="ddtree", budget=budget, topk=topk, window=window, block_size=block)
+    return spec_config.to_engine_flags(cfg, drafter_path=None)
+
+
+class EngineGroup:
+    """Engines that share one model directory (the same model for every config, as on a host).
+
+    ``start(args)`` starts one with ``args`` + ``extra_args`` and waits until it is ready;
+    ``stop_all()`` stops every one started (a fixture's teardown).
+    """
+
+    def __init__(self, model_root: Path, extra_args: list[str], ready_timeout: float = 60.0) -> None:
+        self.model_root = model_root
+        self.extra_args = list(extra_args)
+        self.ready_timeout = ready_timeout
+        self.engines: list[Engine] = []
+
+    def start(self, args: list[str]) -> Engine:
+        eng = start_engine([*args, *self.extra_args], model_root=self.model_root)
+        self.engines.append(eng)
+        eng.wait_ready(timeout=self.ready_timeout)
+        return eng
+
+    def stop_all(self) -> None:
+        for eng in self.engines:
+            eng.stop()
+
+
 def engine_command(args: list[str]) -> list[str]:
     return [sys.executable, "-m", "repro_py.simengine", *args]
+
+
+def _engine_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This environment with the repository on ``PYTHONPATH`` (and ``extra`` on top)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(extra or {})
+    return env
 
 
 def start_engine(
@@ -164,11 +213,7 @@ def start_engine(
     api_key = args[args.index("--api-key") + 1] if "--api-key" in args else None
     log_dir = Path(log_dir) if log_dir is not None else root
     log_path = Path(tempfile.mkstemp(prefix="simengine-", suffix=".log", dir=log_dir)[1])
-    proc_env = dict(os.environ)
-    proc_env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + proc_env.get("PYTHONPATH", "")
-    proc_env["PYTHONUNBUFFERED"] = "1"
-    if env:
-        proc_env.update(env)
+    proc_env = _engine_env({"PYTHONUNBUFFERED": "1", **(env or {})})
     with log_path.open("wb") as fh:
         proc = subprocess.Popen(
             engine_command(args), stdout=fh, stderr=subprocess.STDOUT, env=proc_env, cwd=str(REPO_ROOT)
@@ -178,8 +223,12 @@ def start_engine(
 
 def run_engine_cli(args: list[str], timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
     """Run the engine's command line to completion (for refused-flag tests)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     return subprocess.run(
-        engine_command(args), capture_output=True, text=True, timeout=timeout, env=env, cwd=str(REPO_ROOT), check=False
+        engine_command(args),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=_engine_env(),
+        cwd=str(REPO_ROOT),
+        check=False,
     )

@@ -22,17 +22,14 @@ import dataclasses
 import functools
 import hashlib
 import random
-from pathlib import Path
-from typing import Any
 
-import yaml
-
+from repro_py.codeeval import problems as codeeval_problems
+from repro_py.codeeval.problems import Problem
 from repro_py.simengine import tokenizer
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 EOS_TOKEN_ID = 163586  # the target's <|im_end|>
-PROBLEMS_PATH = Path(__file__).resolve().parent.parent / "codeeval" / "problems.yaml"
 
 _WORDS = [
     "the",
@@ -151,31 +148,10 @@ _CONNECTORS = ("First", "Then", "Next", "So", "Also", "Now", "Hence", "Still", "
 _GARBAGE = ("ю", "щ", " the", "0", "]", " ,", "@", "Ġ", " )", " nan", "\ufffd", "#", " ~", "\u200b")
 
 
-@dataclasses.dataclass(frozen=True)
-class Problem:
-    id: str
-    prompt: str
-    entry_point: str
-    reference: str
-    wrong_draft: str
-    tests: str
-
-
 @functools.lru_cache(maxsize=1)
-def load_problems(path: str = str(PROBLEMS_PATH)) -> tuple[Problem, ...]:
-    with Path(path).open(encoding="utf-8") as fh:
-        raw: list[dict[str, Any]] = yaml.safe_load(fh)
-    return tuple(
-        Problem(
-            id=str(p["id"]),
-            prompt=str(p["prompt"]),
-            entry_point=str(p["entry_point"]),
-            reference=str(p["reference"]),
-            wrong_draft=str(p["wrong_draft"]),
-            tests=str(p["tests"]),
-        )
-        for p in raw
-    )
+def load_problems() -> tuple[Problem, ...]:
+    """The coding-eval problems (read and validated by ``repro_py.codeeval.problems``), once per process."""
+    return tuple(codeeval_problems.load_problems())
 
 
 def find_problem(text: str) -> Problem | None:

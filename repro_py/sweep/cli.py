@@ -13,6 +13,7 @@ import asyncio
 import datetime as dt
 import json
 import re
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,10 +29,11 @@ from repro_py.atomicio import write_json_atomic
 from repro_py.endpoint import Endpoint
 from repro_py.exitcodes import ExitCode
 from repro_py.report.render import build_report
+from repro_py.simengine.testing import free_port
 from repro_py.spec_config import SHORT_KEYS
 from repro_py.sweep import plan as planmod
 from repro_py.sweep import state
-from repro_py.sweep.localproc import LocalProcessReconfigurer, free_port
+from repro_py.sweep.localproc import LocalProcessReconfigurer
 from repro_py.sweep.measure import BundleMeasure
 from repro_py.sweep.plan import BenchPlan, Plan, PlanError, Target
 from repro_py.sweep.reconfigure import AnsibleReconfigurer
@@ -185,6 +187,13 @@ def _local_target(target: Target, port: int) -> Target:
     )
 
 
+def _print_resume(console: Console, what: str, inventory: str, run_id: str) -> None:
+    """Say what happened, then the resume command on a line of its own, never wrapped or marked up (copy-paste)."""
+    console.print(f"[yellow]{what}; resume with:[/]", highlight=False)
+    command = f"python -m repro_py.sweep {shlex.quote(str(inventory))} --resume --run-id {shlex.quote(run_id)}"
+    console.print(command, soft_wrap=True, markup=False, highlight=False)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
@@ -290,17 +299,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         outcome = asyncio.run(runner.run())
     except KeyboardInterrupt:
         run_dir.write_state(state.STATE_INTERRUPTED, reason="KeyboardInterrupt")
-        console.print(
-            f"[yellow]interrupted; resume: python -m repro_py.sweep {args.inventory} --resume --run-id {run_id}[/]"
-        )
+        _print_resume(console, "interrupted", args.inventory, run_id)
         return ExitCode.INTERRUPTED
     finally:
         reconfigurer.close()
     if outcome.interrupted:
-        console.print(
-            f"[yellow]interrupted after {len(outcome.ran)} configs; results so far in {run_dir.path}; resume: "
-            f"python -m repro_py.sweep {args.inventory} --resume --run-id {run_id}[/]"
-        )
+        what = f"interrupted after {len(outcome.ran)} configs; results so far in {run_dir.path}"
+        _print_resume(console, what, args.inventory, run_id)
         return ExitCode.INTERRUPTED
 
     console.print(

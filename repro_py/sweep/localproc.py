@@ -16,8 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import signal
-import socket
 import subprocess
 import tempfile
 import threading
@@ -29,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from repro_py import spec_config
-from repro_py.simengine.testing import start_engine
+from repro_py.simengine.testing import port_open, start_engine, terminate
 from repro_py.sweep.plan import PlannedConfig
 from repro_py.sweep.reconfigure import FAILED_TO_START, ReconfigureOutcome
 
@@ -38,19 +36,6 @@ _LOG_NAME = "engine.log"
 
 class _NotYet(Exception):
     pass
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def port_open(host: str, port: int, timeout: float = 0.2) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout)
-        return sock.connect_ex((host, port)) == 0
 
 
 def _http(method: str, url: str, body: object | None = None, timeout: float = 5.0) -> tuple[int, bytes]:
@@ -141,13 +126,8 @@ class LocalProcessReconfigurer:
     def stop(self) -> None:
         """Stop the engine and wait until the process is gone and the port is closed."""
         proc, self.proc = self.proc, None
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=self.stop_timeout_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
+        if proc is not None:
+            terminate(proc, self.stop_timeout_s)
         deadline = time.monotonic() + self.stop_timeout_s
         while port_open(self.host, self.port) and time.monotonic() < deadline:
             time.sleep(0.02)

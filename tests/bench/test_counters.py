@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from repro_py.bench import counters
@@ -69,6 +71,8 @@ def test_delta_without_metrics_endpoint() -> None:
 
 @pytest.mark.parametrize("bad", ['x{a="1" 2', "x{a=1} 2", "lonely_name", "x notanumber"])
 def test_malformed_lines_raise(bad: str) -> None:
-    with pytest.raises(PromParseError):
+    with pytest.raises(PromParseError, match=re.escape(repr(bad))):  # the message names the bad line
         parse_prometheus(bad)
-    assert snapshot_from_text(bad).error is not None
+    snap = snapshot_from_text(bad)
+    assert snap.values == {}
+    assert (snap.error or "").startswith("/metrics could not be parsed: ") and repr(bad) in (snap.error or "")

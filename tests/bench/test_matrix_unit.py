@@ -1,9 +1,15 @@
 from __future__ import annotations
 
+import time
+
+import aiohttp
 import pytest
+from aiohttp import web
 
 from repro_py.bench import counters
-from repro_py.bench.matrix import BenchSettings, kv_skip_reason, summarize_cell
+from repro_py.bench.matrix import BenchSettings, flush_cache, kv_skip_reason, summarize_cell
+from repro_py.endpoint import Endpoint
+from repro_py.simengine.testing import free_port
 
 
 def test_kv_skip_states_the_numbers() -> None:
@@ -60,3 +66,33 @@ def test_settings_validation() -> None:
         BenchSettings(contexts=())
     assert BenchSettings().requests_for(32) == 32
     assert BenchSettings(requests_per_cell=5).requests_for(32) == 5
+
+
+async def test_flush_cache_retries_a_busy_server_but_not_a_gone_one() -> None:
+    calls: list[int] = []
+
+    async def busy_twice(request: web.Request) -> web.Response:
+        calls.append(1)
+        if len(calls) <= 2:  # sglang refuses to flush while requests run
+            return web.Response(status=400, text="Cache not flushed because there are pending requests.")
+        return web.Response(text="Cache flushed.")
+
+    app = web.Application()
+    app.router.add_post("/flush_cache", busy_twice)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    site = web.TCPSite(runner, "127.0.0.1", port)
+    await site.start()
+    try:
+        async with aiohttp.ClientSession() as session:
+            assert await flush_cache(session, Endpoint(f"http://127.0.0.1:{port}")) is None
+            assert len(calls) == 3
+            # nothing listens (a crashed engine): three connection attempts, not twenty
+            start = time.monotonic()
+            why = await flush_cache(session, Endpoint(f"http://127.0.0.1:{free_port()}"), tries=20, connect_tries=3)
+            elapsed = time.monotonic() - start
+    finally:
+        await runner.cleanup()
+    assert why is not None and why.startswith("POST /flush_cache failed: ClientConnectorError")
+    assert elapsed < 20 * 0.25  # twenty busy retries would sleep 5 s; three refused connects sleep 0.5 s

@@ -15,10 +15,8 @@ from repro_py.endpoint import Endpoint
 from repro_py.gates import run_gates
 from repro_py.gates.coding import run_coding
 from repro_py.gates.lossless import make_reference, run_lossless
-from repro_py.simengine.testing import REPO_ROOT, Engine, start_engine
+from repro_py.simengine.testing import REPO_ROOT, Engine, ddtree_flags, start_engine
 from repro_py.spec_config import validate
-
-from .conftest import ddtree_args
 
 Factory = Callable[[list[str]], Engine]
 DDTREE_B8 = validate({"algorithm": "ddtree", "budget": 8, "topk": 4, "window": 2048, "block_size": 8})
@@ -33,7 +31,7 @@ async def test_baseline_reference_then_ddtree_passes_all_gates(engine_factory: F
     reference = make_reference(first["lossless"]["output_ids"], max_new_tokens=TOKENS, source="baseline")
     base.stop()
 
-    tree = engine_factory(ddtree_args())
+    tree = engine_factory(ddtree_flags())
     res = await run_gates(Endpoint(tree.url), DDTREE_B8, reference)
     assert res["config_echo"]["passed"], res["config_echo"]
     assert res["lossless"]["passed"], res["lossless"]["reason"]
@@ -49,12 +47,12 @@ async def test_baseline_reference_then_ddtree_passes_all_gates(engine_factory: F
 
 
 async def test_mask_offset_fault_fails_lossless_with_a_divergence_index(engine_factory: Factory) -> None:
-    good = engine_factory(ddtree_args())
+    good = engine_factory(ddtree_flags())
     async with aiohttp.ClientSession() as session:
         ref_run = await run_lossless(session, Endpoint(good.url), None, max_new_tokens=TOKENS)
     reference = make_reference(ref_run["output_ids"], max_new_tokens=TOKENS, source="first config")
     good.stop()
-    broken = engine_factory([*ddtree_args(), "--sim-fault", "mask-offset"])
+    broken = engine_factory([*ddtree_flags(), "--sim-fault", "mask-offset"])
     async with aiohttp.ClientSession() as session:
         res = await run_lossless(session, Endpoint(broken.url), reference)
     assert res["passed"] is False
@@ -67,7 +65,7 @@ async def test_mask_offset_fault_fails_lossless_with_a_divergence_index(engine_f
 
 
 async def test_config_echo_mismatch_is_detected(engine_factory: Factory) -> None:
-    eng = engine_factory(ddtree_args(budget=8, topk=4))
+    eng = engine_factory(ddtree_flags(budget=8, topk=4))
     wanted = validate({"budget": 16, "topk": 4, "window": 2048})
     res = await run_gates(Endpoint(eng.url), wanted, None, lossless_max_new_tokens=8,
                           problems=load_problems()[:1])
@@ -78,7 +76,7 @@ async def test_config_echo_mismatch_is_detected(engine_factory: Factory) -> None
 
 
 async def test_small_max_tokens_is_classified_truncated(engine_factory: Factory) -> None:
-    eng = engine_factory(ddtree_args())
+    eng = engine_factory(ddtree_flags())
     problems = load_problems()[:4]
     async with aiohttp.ClientSession() as session:
         res = await run_coding(session, Endpoint(eng.url), problems, max_tokens=48)
@@ -88,7 +86,7 @@ async def test_small_max_tokens_is_classified_truncated(engine_factory: Factory)
 
 
 async def test_coding_without_reasoning_parser_splits_on_think(engine_factory: Factory, tmp_path: Path) -> None:
-    eng = start_engine([*ddtree_args(), "--sim-load-seconds", "0", "--sim-warmup-seconds", "0", "--sim-speed", "200"],
+    eng = start_engine([*ddtree_flags(), "--sim-load-seconds", "0", "--sim-warmup-seconds", "0", "--sim-speed", "200"],
                        model_root=tmp_path / "models")
     try:
         eng.wait_ready(timeout=60)
@@ -101,7 +99,7 @@ async def test_coding_without_reasoning_parser_splits_on_think(engine_factory: F
 
 
 def test_cli_reference_roundtrip(engine_factory: Factory, tmp_path: Path) -> None:
-    eng = engine_factory(ddtree_args())
+    eng = engine_factory(ddtree_flags())
     ref = tmp_path / "ref.json"
     out = tmp_path / "gates.json"
     common = [sys.executable, "-m", "repro_py.gates", "--url", eng.url, "--lossless-tokens", "16"]

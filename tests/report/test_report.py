@@ -7,12 +7,17 @@ import subprocess
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import pytest
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
 from repro_py.exitcodes import ExitCode
 from repro_py.report import recommend, tables
 from repro_py.report.plots import pareto_front
 from repro_py.report.render import build_report, main, md_cell
-from tests.report.conftest import ddtree, result
+from tests.report.conftest import ddtree, result, standard_results
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -66,7 +71,10 @@ def test_summary_lists_failures_with_reasons_and_is_marked_simulated(make_run: C
     paths = build_report(run_dir)
     md = paths["summary_md"].read_text()
     assert md.startswith("# SIMULATED sweep report")
-    assert "> **SIMULATED**" in md and md.rstrip().endswith("*SIMULATED run: not a measurement of hardware.*")
+    assert "> **SIMULATED**" in md
+    assert md.rstrip().endswith(
+        "*SIMULATED run (SIMULATED, sim-speed x1: figures are model outputs x1): not a measurement of hardware.*"
+    )
     assert "| ddtree-b16-t4-w2048-bs8 | gate_failed | lossless: 6 of 6 \\| prompts diverge |" in md
     assert "| ddtree-b48-t8-w2048-bs8 | failed_to_start | the engine exited during startup: CUDA OOM |" in md
     assert "torch.OutOfMemoryError: CUDA out of memory" in md  # the journal excerpt
@@ -83,7 +91,85 @@ def test_summary_lists_failures_with_reasons_and_is_marked_simulated(make_run: C
 
     for name in ("tps_vs_concurrency", "acceptance_vs_budget", "pareto"):
         meta = png_text(paths[name])
-        assert "SIMULATED" in meta["Title"]
+        assert meta["Title"] == f"{name} (SIMULATED, sim-speed x1: figures are model outputs x1)"
+
+
+def _with_speed(doc: dict[str, Any], speed: float) -> dict[str, Any]:
+    doc["engine"]["sim_speed"] = speed
+    return doc
+
+
+def _titles(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record every title, legend label and annotation the plots set (matplotlib's own calls, spied)."""
+    seen: list[str] = []
+
+    def spy_on(cls: type, name: str, text_of: Callable[[tuple[Any, ...], dict[str, Any]], object]) -> None:
+        orig = getattr(cls, name)
+
+        def spy(self: Any, *a: Any, **kw: Any) -> Any:
+            text = text_of(a, kw)
+            if isinstance(text, str):
+                seen.append(text)
+            return orig(self, *a, **kw)
+
+        monkeypatch.setattr(cls, name, spy)
+
+    spy_on(Figure, "suptitle", lambda a, kw: a[0])
+    spy_on(Axes, "set_title", lambda a, kw: a[0])
+    spy_on(Axes, "annotate", lambda a, kw: a[0])
+    for name in ("plot", "scatter", "axhline"):
+        spy_on(Axes, name, lambda a, kw: kw.get("label"))
+    return seen
+
+
+def test_sim_speed_is_stated_in_every_plot_title_the_summary_and_the_csv(
+    make_run: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    note = "SIMULATED, sim-speed x10: figures are model outputs x10"
+    seen = _titles(monkeypatch)
+    paths = build_report(make_run(results=[_with_speed(r, 10.0) for r in standard_results()]))
+    for name in ("tps_vs_concurrency", "acceptance_vs_budget", "pareto"):
+        assert png_text(paths[name])["Title"] == f"{name} ({note})"
+    titles = [t for t in seen if "per config" in t or "vs budget" in t or "vs aggregate" in t]
+    assert len(titles) == 3 and all(t.endswith("\n" + note) for t in titles), titles
+    assert not any("[x10]" in t for t in seen)  # one speed: no per-config speed labels
+    md = paths["summary_md"].read_text()
+    assert "| engine | SIMULATED, sim-speed x10, version 0.5.23 |" in md
+    assert f"> **{note}.**" in md and "MIXED" not in md
+    assert "| ddtree-b8-t4-w2048-bs8 (SIMULATED x10) | ok | pass |" in md
+    assert "| ddtree-b48-t8-w2048-bs8 (SIMULATED x10) | failed_to_start |" in md
+    assert "| single-stream latency | ddtree-b8-t4-w2048-bs8 | 150.0 |" in md
+    rows = list(csv.DictReader(io.StringIO(paths["summary_csv"].read_text())))
+    assert [(r["engine"], r["sim_speed"]) for r in rows] == [("SIMULATED", "10")] * 6
+    assert paths["summary_csv"].read_text().startswith("engine,sim_speed,label,")
+
+
+def test_mixed_sim_speeds_are_never_compared_silently(
+    make_run: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a resumed run whose later configs ran at x10: x1 and x10 figures must not be ranked together
+    docs = [_with_speed(r, 10.0 if i >= 3 else 1.0) for i, r in enumerate(standard_results())]
+    seen = _titles(monkeypatch)
+    paths = build_report(make_run(results=docs))
+    note = "SIMULATED, MIXED sim-speeds x1/x10: figures are not comparable across speeds"
+    for name in ("tps_vs_concurrency", "acceptance_vs_budget", "pareto"):
+        assert png_text(paths[name])["Title"] == f"{name} ({note})"
+    assert sum(t.endswith("\n" + note) for t in seen) == 3
+    assert "ddtree-b8-t4-w2048-bs8 [x1]" in seen and "ddtree-b4-t4-w2048-bs8 [x10]" in seen  # legend entries
+    assert "no Pareto front: mixed sim speeds" in seen and "Pareto front" not in seen
+    md = paths["summary_md"].read_text()
+    assert "**MIXED sim speeds**: the results were produced at x1, x10" in md
+    assert "| ddtree-b8-t4-w2048-bs8 (SIMULATED x1) |" in md and "| ddtree-b4-t4-w2048-bs8 (SIMULATED x10) |" in md
+    winners = recommend.recommend(tables.rows(tables.load_run(paths["summary_md"].parent)))
+    assert len(winners) == 3
+    for w in winners:
+        assert w.label is None and w.value is None
+        assert w.note == (
+            "no winner: eligible configs ran at different sim speeds (x1, x10); their figures are not comparable"
+        )
+    assert "| single-stream latency | - | - | - | no winner: eligible configs ran at different sim speeds" in md
+    rows = list(csv.DictReader(io.StringIO(paths["summary_csv"].read_text())))
+    assert [r["sim_speed"] for r in rows] == ["1", "1", "1", "10", "10", "10"]
 
 
 def test_real_run_has_no_simulated_mark(make_run: Callable[..., Path]) -> None:

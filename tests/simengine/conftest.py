@@ -7,21 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from repro_py.simengine.testing import Engine, start_engine
+from repro_py.simengine.testing import Engine, ddtree_flags, start_engine
 
 FAST = ["--sim-load-seconds", "0.2", "--sim-warmup-seconds", "0.1"]
-DDTREE_B8 = [
-    "--speculative-algorithm",
-    "DDTREE",
-    "--speculative-dflash-block-size",
-    "8",
-    "--speculative-ddtree-budget",
-    "8",
-    "--speculative-ddtree-topk-cap",
-    "4",
-    "--speculative-draft-window-size",
-    "2048",
-]
+DDTREE_B8 = ddtree_flags(budget=8, topk=4, window=2048, block=8)
 
 EngineFactory = Callable[..., Engine]
 

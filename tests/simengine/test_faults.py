@@ -44,10 +44,16 @@ def test_crash_on_load_exits_nonzero_explaining_itself(engine_factory: EngineFac
 def test_never_ready_listens_but_health_stays_503(engine_factory: EngineFactory) -> None:
     eng = engine_factory([*DDTREE_B8, *FAST, "--sim-fault", "never-ready"])
     eng.wait_listening(10)
-    time.sleep(0.5)
-    assert eng.get("/health")[0] == 503 and eng.get("/v1/models")[0] == 200
+    # a healthy engine with this warmup (0.1 s) is ready well within this second; this one never is
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        assert eng.get("/health")[0] == 503
+        time.sleep(0.1)
+    assert eng.get("/v1/models")[0] == 200
     info = eng.get_json("/server_info")
     assert info["sim"]["faults"] == ["never-ready"] and "never-ready" in info["sim"]["faults_active"]
+    assert info["sim"]["phase"] == "warmup"
+    assert "SIMULATED fault never-ready: warmup will never finish" in eng.log()
     assert eng.stop() == 0
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import openai
 import pytest
 
+from repro_py.bench.counters import collapse, parse_prometheus
 from repro_py.simengine import textgen
 from repro_py.simengine.testing import Engine
 
@@ -115,12 +116,9 @@ def test_metrics_counters_move_with_requests(ddtree_engine: Engine) -> None:
     def scrape() -> dict[str, float]:
         status, body, _ = ddtree_engine.get("/metrics")  # exempt from the API key, as in sglang
         assert status == 200
-        totals: dict[str, float] = {}
-        for line in body.decode().splitlines():
-            m = re.match(r"^(sglang:[a-z_]+)\{[^}]*\} ([0-9.e+-]+)$", line)
-            if m:
-                totals[m.group(1)] = totals.get(m.group(1), 0.0) + float(m.group(2))
-        return totals
+        samples = parse_prometheus(body.decode())  # the benchmark's own parser: raises on a malformed line
+        totals = {name: collapse(samples, name) for name in {s.name for s in samples}}
+        return {name: value for name, value in totals.items() if value is not None}
 
     before = scrape()
     client(ddtree_engine).chat.completions.create(

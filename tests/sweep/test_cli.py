@@ -120,7 +120,8 @@ def test_sigint_mid_sweep_then_resume_end_to_end(tmp_path: Path) -> None:
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == ExitCode.INTERRUPTED, out
-    assert "--resume --run-id r1" in out
+    # the resume command stands on a line of its own, unwrapped however long the paths are (copy-paste)
+    assert f"python -m repro_py.sweep {inv} --resume --run-id r1" in out.splitlines(), out
     state = json.loads((run_dir / "state.json").read_text())
     assert state["status"] == "interrupted"
     first = {p.name: p.read_bytes() for p in (run_dir / "configs").glob("*.json")}
@@ -147,9 +148,13 @@ def test_sigint_mid_sweep_then_resume_end_to_end(tmp_path: Path) -> None:
     assert crashed["failure"]["journal"]
     assert docs["baseline"]["status"] == "ok" and docs["ddtree-b8-t4-w2048-bs8"]["status"] == "ok"
     assert all(d["engine"]["kind"] == "simulated" for d in docs.values() if d["status"] == "ok")
+    # the inventory's sglang_service_sim_speed reached the engines and every figure carries it
+    assert {d["engine"]["sim_speed"] for d in docs.values() if d["status"] == "ok"} == {50.0}
 
     summary = (run_dir / "summary.md").read_text()
     assert summary.startswith("# SIMULATED")
+    assert "**SIMULATED, sim-speed x50: figures are model outputs x50.**" in summary
+    assert "| baseline (SIMULATED x50) | ok | pass |" in summary
     assert "ddtree-b16-t4-w2048-bs8-fault-mask-offset | gate_failed |" in summary
     for png in ("tps_vs_concurrency", "acceptance_vs_budget", "pareto"):
         assert (run_dir / "plots" / f"{png}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
