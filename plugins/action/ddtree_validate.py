@@ -1,0 +1,176 @@
+"""Controller-side validation of the deployment inputs.
+
+``ddtree_validate`` runs entirely on the controller: it never transfers or
+executes a module, so a bad input is refused before any connection to the
+host is opened. The speculative-decoding rules are those of
+``repro_py.spec_config`` (the same rules the sweep planner and the simulated
+engine use), so a configuration is accepted or refused with the same message
+everywhere.
+
+Arguments (all optional):
+
+``explicit``  short keys given on the command line (``-e budget=8``); a key
+              whose value is undefined/None is treated as not given.
+``config``    the role-variable values of the same short keys (inventory or
+              role defaults). For ``algorithm=dflash`` the DDTree keys coming
+              from here are dropped (they are defaults, not a request); for
+              ``algorithm=none`` every speculative key from here is dropped.
+``drafter_block_size``   block size read from the drafter's config.json.
+``allow_block_mismatch`` a real boolean.
+``drafter_path``         draft model path for the engine flags.
+``integers``  ``{name: {value, min, max}}`` further integer inputs (ports,
+              parallel sizes); decimal strings are accepted, booleans refused.
+``booleans``  ``{name: value}``: each must be a real boolean.
+``choices``   ``{name: {value, allowed: [...]}}``.
+
+Returns ``config`` (normalized short keys), ``label``, ``engine_flags``
+(``to_engine_flags``), ``integers`` (normalized ints) and ``problems``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ansible.plugins.action import ActionBase
+
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+if str(_REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(_REPO_ROOT))
+
+from repro_py import spec_config  # noqa: E402
+
+_SPEC_KEYS = spec_config.SHORT_KEYS
+_DDTREE_ONLY = ("budget", "topk")
+
+
+def plain(value: object) -> object:
+    """Strip ansible-core's tagged subclasses (2.19+) so messages name plain types."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
+
+
+def _given(value: object) -> bool:
+    return value is not None
+
+
+def merge_short_keys(explicit: dict[str, object], config: dict[str, object]) -> dict[str, object]:
+    """Explicit short keys win; role-variable values fill in what the algorithm uses."""
+    unknown = sorted(set(explicit) - set(_SPEC_KEYS))
+    raw: dict[str, object] = {k: v for k, v in explicit.items() if k in unknown}
+    explicit = {k: v for k, v in explicit.items() if k in _SPEC_KEYS and _given(v)}
+    algo = explicit.get("algorithm", config.get("algorithm", "ddtree"))
+    algo_word = str(algo).strip().lower() if isinstance(algo, str) else algo
+    raw["algorithm"] = algo
+    for key in _SPEC_KEYS:
+        if key == "algorithm":
+            continue
+        if key in explicit:
+            raw[key] = explicit[key]
+            continue
+        if key not in config:
+            continue
+        if algo_word == "none" or (algo_word == "dflash" and key in _DDTREE_ONLY):
+            continue
+        raw[key] = config[key]
+    return raw
+
+
+class ActionModule(ActionBase):
+    """Validate inputs on the controller; never touches the managed host."""
+
+    TRANSFERS_FILES = False
+    _supports_check_mode = True
+    _supports_async = False
+
+    def run(self, tmp=None, task_vars=None):  # type: ignore[no-untyped-def]
+        result = super().run(tmp, task_vars)
+        args = plain(dict(self._task.args))
+        assert isinstance(args, dict)
+        problems: list[str] = []
+
+        explicit = args.get("explicit") or {}
+        config = args.get("config") or {}
+        if not isinstance(explicit, dict) or not isinstance(config, dict):
+            return {**result, "failed": True, "msg": "ddtree_validate: 'explicit' and 'config' must be mappings"}
+
+        allow = args.get("allow_block_mismatch", False)
+        allow_bool, err = spec_config.parse_bool("allow_block_mismatch", allow)
+        if err:
+            problems.append(err)
+            allow_bool = False
+
+        drafter_bs_raw = args.get("drafter_block_size")
+        drafter_bs: int | None = None
+        if drafter_bs_raw is not None:
+            drafter_bs, err = spec_config.parse_int(
+                "drafter block_size (config.json)", drafter_bs_raw, minimum=1, maximum=1024
+            )
+            if err:
+                problems.append(err)
+
+        cfg = None
+        try:
+            cfg = spec_config.validate(
+                merge_short_keys(explicit, config),
+                drafter_block_size=drafter_bs,
+                allow_block_mismatch=bool(allow_bool),
+            )
+        except spec_config.SpecConfigError as exc:
+            problems.extend(exc.problems)
+
+        integers_out: dict[str, int] = {}
+        for name, spec in (args.get("integers") or {}).items():
+            if not isinstance(spec, dict) or "value" not in spec:
+                problems.append(f"{name}: integer check needs {{value, min, max}}")
+                continue
+            number, err = spec_config.parse_int(
+                name, spec["value"], minimum=int(spec.get("min", 0)), maximum=int(spec.get("max", 2**31 - 1))
+            )
+            if err:
+                problems.append(err)
+            elif number is not None:
+                integers_out[name] = number
+
+        for name, value in (args.get("booleans") or {}).items():
+            _, err = spec_config.parse_bool(name, value)
+            if err:
+                problems.append(err)
+
+        for name, spec in (args.get("choices") or {}).items():
+            allowed = list(spec.get("allowed") or [])
+            value = spec.get("value")
+            if value not in allowed:
+                problems.append(f"{name}={value!r} is not allowed; allowed: {', '.join(map(str, allowed))}")
+
+        if problems:
+            result.update(
+                failed=True,
+                problems=problems,
+                msg="invalid input (refused on the controller before contacting the host): " + "; ".join(problems),
+            )
+            return result
+
+        assert cfg is not None
+        drafter_path = args.get("drafter_path")
+        result.update(
+            changed=False,
+            config=cfg.as_short(),
+            label=cfg.label,
+            engine_flags=spec_config.to_engine_flags(cfg, drafter_path=drafter_path or None),
+            integers=integers_out,
+            problems=[],
+            msg=f"valid: {cfg.label}",
+        )
+        return result

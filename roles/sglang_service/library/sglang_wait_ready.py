@@ -1,0 +1,324 @@
+#!/usr/bin/python3
+"""Wait until a freshly started SGLang unit is really serving (stdlib only).
+
+Runs on the managed host. Polls every ``poll_interval`` seconds:
+
+1. the unit (``systemctl show``): a new InvocationID (different from the one
+   recorded before the start), still active, no auto-restart. If the engine
+   exits, it fails at once with the last journal lines of THIS invocation;
+2. ``GET /health`` returns 200 (503 while loading/warming; connection refused
+   while the model loads, since nothing listens then);
+3. a real one-token generation (``POST /generate``, max_new_tokens 1);
+4. the config echo: ``GET /server_info`` carries the expected speculative
+   settings (and, for the simulated engine, ``sim.pid`` equals the unit's MainPID).
+
+After the echo it re-reads the unit: the same invocation must still be running,
+so every answer came from the new process.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+from ansible.module_utils.basic import AnsibleModule
+
+DOCUMENTATION = r"""
+module: sglang_wait_ready
+short_description: Wait for a new SGLang server invocation to be ready and echo its config
+description:
+  - Polls systemd, /health, a one-token /generate and /server_info; fails within seconds if the engine exits.
+options:
+  unit: {description: systemd unit name, type: str, required: true}
+  port: {description: HTTP port, type: int, required: true}
+  host: {description: address to probe, type: str, default: 127.0.0.1}
+  previous_invocation_id: {description: InvocationID seen before the start, type: str, default: ""}
+  require_new_invocation:
+    description: demand an InvocationID different from previous_invocation_id
+    type: bool
+    default: true
+  timeout: {description: seconds to wait for readiness, type: float, default: 1200}
+  poll_interval: {description: seconds between polls, type: float, default: 0.5}
+  api_key: {description: bearer token, type: str, default: "", no_log: true}
+  expect: {description: server_info keys and the values they must have, type: dict, default: {}}
+  journal_lines: {description: journal lines returned on failure, type: int, default: 40}
+author: [sglang-ddtree deploy]
+"""
+
+_SHOW_PROPS = (
+    "ActiveState",
+    "SubState",
+    "MainPID",
+    "InvocationID",
+    "Result",
+    "ExecMainStartTimestampMonotonic",
+    "ExecMainExitTimestampMonotonic",
+    "ExecMainStatus",
+    "ExecMainCode",
+    "NRestarts",
+)
+_ECHO_KEYS = (
+    "speculative_algorithm",
+    "speculative_ddtree_budget",
+    "speculative_ddtree_topk_cap",
+    "speculative_dflash_block_size",
+    "speculative_draft_window_size",
+    "speculative_num_draft_tokens",
+    "served_model_name",
+    "model_path",
+    "speculative_draft_model_path",
+    "port",
+    "version",
+    "simulated",
+    "max_total_num_tokens",
+)
+
+
+class NotReady(Exception):
+    """The current phase has not succeeded yet."""
+
+
+class EngineFailed(Exception):
+    """The new invocation cannot become ready."""
+
+    def __init__(self, reason, invocation_id=""):
+        super().__init__(reason)
+        self.reason = reason
+        self.invocation_id = invocation_id
+
+
+def unit_show(unit):
+    out = subprocess.run(
+        ["systemctl", "show", unit, "--no-pager"] + ["-p" + p for p in _SHOW_PROPS],
+        check=False,
+        capture_output=True,
+        text=True,
+    ).stdout
+    props = {}
+    for line in out.splitlines():
+        key, _, value = line.partition("=")
+        props[key] = value
+    return props
+
+
+def start_monotonic(props, key="ExecMainStartTimestampMonotonic"):
+    """A systemd *TimestampMonotonic (CLOCK_MONOTONIC, microseconds) as seconds, like time.monotonic()."""
+    try:
+        usec = int(props.get(key) or 0)
+    except ValueError:
+        return None
+    return usec / 1e6 if usec > 0 else None
+
+
+def journal(unit, invocation_id, lines):
+    """Last journal lines of one invocation; waits (bounded) until journald has caught up."""
+    cmd = ["journalctl", "--no-pager", "-o", "short-iso", "-n", str(lines)]
+    # The engine's own lines carry _SYSTEMD_INVOCATION_ID, systemd's lines about it INVOCATION_ID.
+    cmd += (
+        ["_SYSTEMD_INVOCATION_ID=" + invocation_id, "+", "INVOCATION_ID=" + invocation_id]
+        if invocation_id
+        else ["-u", unit]
+    )
+    previous = None
+    deadline = time.monotonic() + 3.0
+    text = ""
+    while True:
+        text = subprocess.run(cmd, check=False, capture_output=True, text=True).stdout
+        if text == previous or time.monotonic() > deadline:
+            break
+        previous = text
+        time.sleep(0.25)
+    out = [ln for ln in text.splitlines() if ln and not ln.startswith("-- ")]
+    if not out and invocation_id:
+        fallback = ["journalctl", "--no-pager", "-o", "short-iso", "-n", str(lines), "-u", unit]
+        text = subprocess.run(fallback, check=False, capture_output=True, text=True).stdout
+        out = [ln for ln in text.splitlines() if ln]
+    return out
+
+
+def http(method, url, api_key, body=None, timeout=30.0):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    if api_key:
+        req.add_header("Authorization", "Bearer " + api_key)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as exc:
+        raise NotReady(f"{method} {url}: {exc}") from exc
+
+
+def normalize(value):
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return value
+
+
+def compare_echo(info, expect):
+    problems = []
+    for key, want in sorted(expect.items()):
+        got = info.get(key, "<missing>")
+        if normalize(got) != normalize(want):
+            problems.append(f"{key}: configured {want!r}, server reports {got!r}")
+    return problems
+
+
+def check_unit(props, state):
+    """Raise EngineFailed/NotReady according to the unit's state; tracks the first new invocation."""
+    inv = props.get("InvocationID", "")
+    active = props.get("ActiveState", "")
+    sub = props.get("SubState", "")
+    if state["require_new"] and (not inv or inv == state["previous"]):
+        if active in ("failed", "inactive"):
+            raise EngineFailed(
+                f"unit is {active}/{sub} and no new invocation started (Result={props.get('Result')})", inv
+            )
+        raise NotReady("waiting for a new invocation")
+    if state["invocation"] is None:
+        state["invocation"] = inv
+    elif inv != state["invocation"]:
+        raise EngineFailed(
+            f"the engine restarted during startup (invocation {state['invocation']} -> {inv}, "
+            f"NRestarts={props.get('NRestarts')}): it exited",
+            state["invocation"],
+        )
+    if active in ("failed", "inactive", "deactivating") or sub == "auto-restart":
+        raise EngineFailed(
+            f"the engine exited during startup: unit {active}/{sub}, Result={props.get('Result')}, "
+            f"ExecMainCode={props.get('ExecMainCode')}, ExecMainStatus={props.get('ExecMainStatus')}",
+            inv,
+        )
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "unit": {"type": "str", "required": True},
+            "port": {"type": "int", "required": True},
+            "host": {"type": "str", "default": "127.0.0.1"},
+            "previous_invocation_id": {"type": "str", "default": ""},
+            "require_new_invocation": {"type": "bool", "default": True},
+            "timeout": {"type": "float", "default": 1200.0},
+            "poll_interval": {"type": "float", "default": 0.5},
+            "api_key": {"type": "str", "default": "", "no_log": True},
+            "expect": {"type": "dict", "default": {}},
+            "journal_lines": {"type": "int", "default": 40},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    if module.check_mode:
+        module.exit_json(changed=False, skipped=True, msg="check mode: readiness not probed")
+
+    base = f"http://{p['host']}:{p['port']}"
+    t0 = time.monotonic()
+    deadline = t0 + p["timeout"]
+    state = {"require_new": p["require_new_invocation"], "previous": p["previous_invocation_id"], "invocation": None}
+    phase = "unit"
+    phases = {}
+    last_wait = ""
+    props = {}
+    generation = None
+    info = {}
+
+    try:
+        while True:
+            props = unit_show(p["unit"])
+            check_unit(props, state)
+            try:
+                if phase == "unit":
+                    phase = "health"
+                    phases["unit_s"] = round(time.monotonic() - t0, 3)
+                if phase == "health":
+                    status, _ = http("GET", base + "/health", p["api_key"], timeout=30.0)
+                    if status != 200:
+                        raise NotReady(f"/health returned {status}")
+                    phase = "generate"
+                    phases["health_s"] = round(time.monotonic() - t0, 3)
+                if phase == "generate":
+                    body = {
+                        "text": "The capital city of France is",
+                        "sampling_params": {"max_new_tokens": 1, "temperature": 0},
+                    }
+                    status, raw = http("POST", base + "/generate", p["api_key"], body=body, timeout=60.0)
+                    if status != 200:
+                        raise NotReady(f"/generate returned {status}: {raw[:200]!r}")
+                    reply = json.loads(raw or b"{}")
+                    if "text" not in reply:
+                        raise NotReady(f"/generate reply has no text: {raw[:200]!r}")
+                    generation = {
+                        "text": reply["text"],
+                        "completion_tokens": (reply.get("meta_info") or {}).get("completion_tokens"),
+                    }
+                    phase = "echo"
+                    phases["generate_s"] = round(time.monotonic() - t0, 3)
+                if phase == "echo":
+                    status, raw = http("GET", base + "/server_info", p["api_key"], timeout=30.0)
+                    if status != 200:
+                        raise NotReady(f"/server_info returned {status}")
+                    info = json.loads(raw or b"{}")
+                    problems = compare_echo(info, p["expect"])
+                    if problems:
+                        raise EngineFailed("config echo check failed: " + "; ".join(problems), state["invocation"])
+                    if info.get("simulated") is True:
+                        sim_pid = (info.get("sim") or {}).get("pid")
+                        main_pid = int(props.get("MainPID") or 0)
+                        if sim_pid != main_pid:
+                            raise NotReady(f"server pid {sim_pid} is not the unit's MainPID {main_pid}")
+                    final = unit_show(p["unit"])
+                    check_unit(final, state)
+                    props = final
+                    phases["echo_s"] = round(time.monotonic() - t0, 3)
+                    break
+            except NotReady as exc:
+                last_wait = str(exc)
+            if time.monotonic() > deadline:
+                raise EngineFailed(
+                    f"not ready after {p['timeout']:.0f} s (phase {phase}; last: {last_wait or 'n/a'})",
+                    state["invocation"] or props.get("InvocationID", ""),
+                )
+            time.sleep(p["poll_interval"])
+    except EngineFailed as exc:
+        now = time.monotonic()
+        detected = round(now - t0, 3)
+        started = start_monotonic(props)
+        exited = start_monotonic(props, "ExecMainExitTimestampMonotonic")
+        module.fail_json(
+            msg=f"{p['unit']}: {exc.reason}",
+            reason=exc.reason,
+            phase=phase,
+            detection_s=detected,
+            failed_after_start_s=round(now - started, 3) if started else None,
+            exit_to_detection_s=round(now - exited, 3) if exited and started and exited >= started else None,
+            invocation_id=exc.invocation_id,
+            unit_state={k: props.get(k) for k in _SHOW_PROPS},
+            journal=journal(p["unit"], exc.invocation_id, p["journal_lines"]),
+        )
+
+    now = time.monotonic()
+    started = start_monotonic(props)
+    echo = {k: info.get(k) for k in _ECHO_KEYS if k in info}
+    if isinstance(info.get("sim"), dict):
+        echo["sim"] = {k: info["sim"].get(k) for k in ("pid", "speed", "faults") if k in info["sim"]}
+    module.exit_json(
+        changed=False,
+        ready=True,
+        time_to_ready_s=round(now - started, 3) if started else None,
+        waited_s=round(time.monotonic() - t0, 3),
+        phases=phases,
+        invocation_id=props.get("InvocationID"),
+        main_pid=int(props.get("MainPID") or 0),
+        server_info_echo=echo,
+        generation=generation,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Stop and remove the systemd test host container (the image is kept).
+# Usage: testhost/down.sh [NAME]      (default NAME: sglang-testhost)
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+export CONTAINERS_CONF="${CONTAINERS_CONF:-$here/containers.conf}"
+name="${1:-${TESTHOST_NAME:-sglang-testhost}}"
+
+if podman container exists "$name"; then
+    podman rm -f -t 10 "$name" >/dev/null
+    echo "down: removed $name"
+else
+    echo "down: $name does not exist"
+fi

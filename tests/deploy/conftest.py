@@ -1,0 +1,61 @@
+"""Helpers for the deployment tests: run ansible-playbook from the repository root."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+def _ansible_playbook() -> str:
+    candidate = BIN / "ansible-playbook"
+    return str(candidate) if candidate.exists() else (shutil.which("ansible-playbook") or "ansible-playbook")
+
+
+@pytest.fixture(scope="session")
+def run_playbook() -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Run ansible-playbook in the repository root (its ansible.cfg applies); never prompts."""
+    if not (BIN / "ansible-playbook").exists() and shutil.which("ansible-playbook") is None:
+        pytest.skip("ansible-playbook is not installed")
+
+    def run(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+        env = {
+            **os.environ,
+            "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_FORCE_COLOR": "0",
+            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        }
+        return subprocess.run(
+            [_ansible_playbook(), *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+
+    return run
+
+
+def load_module(name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def wants_testhost() -> bool:
+    return os.environ.get("SGLANG_TESTHOST") == "1"

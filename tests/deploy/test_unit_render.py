@@ -1,0 +1,120 @@
+"""The rendered unit passes `systemd-analyze verify`, for both engines, with identical flags."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from repro_py import spec_config
+
+VENV = str(Path(sys.executable).parent.parent)  # a real python, so verify finds ExecStart's binary
+
+
+def render(run_playbook, out: Path, *extra: str) -> tuple[str, dict]:
+    out.mkdir(parents=True, exist_ok=True)
+    res = run_playbook(
+        "-i",
+        "localhost,",
+        "tests/deploy/render_unit.yml",
+        "-e",
+        f"out_dir={out}",
+        "-e",
+        f"sglang_service_venv_path={VENV}",
+        "-e",
+        "sglang_service_name=sglang-test",
+        *extra,
+    )
+    assert res.returncode == 0, res.stdout[-3000:]
+    return (out / "sglang-test.service").read_text(), json.loads((out / "argv.json").read_text())
+
+
+def exec_start_words(unit: str) -> list[str]:
+    lines = unit.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("ExecStart="))
+    joined = ""
+    for ln in lines[start:]:
+        joined += ln.rstrip("\\").strip() + " "
+        if not ln.endswith("\\"):
+            break
+    return joined.removeprefix("ExecStart=").split()
+
+
+@pytest.mark.parametrize("engine", ["sglang", "simulated"])
+def test_unit_verifies(run_playbook, tmp_path, engine):
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze is not installed")
+    unit, _ = render(
+        run_playbook, tmp_path, "-e", f"sglang_service_engine={engine}", "-e", '{"sglang_service_api_key": "k-123"}'
+    )
+    res = subprocess.run(
+        ["systemd-analyze", "verify", str(tmp_path / "sglang-test.service")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "sglang-test.service" not in res.stderr, res.stderr  # no warning about this unit
+    assert unit.startswith("# Ansible managed")
+    assert "k-123" not in unit  # the key lives in the 0600 EnvironmentFile only
+    assert "--api-key ${SGLANG_API_KEY}" in unit
+    assert "EnvironmentFile=/etc/sglang/sglang-test.env" in unit
+
+
+def test_both_engines_get_identical_flags(run_playbook, tmp_path):
+    real, real_argv = render(run_playbook, tmp_path / "real", "-e", "sglang_service_engine=sglang")
+    sim, sim_argv = render(
+        run_playbook, tmp_path / "sim", "-e", "sglang_service_engine=simulated", "-e", "sim_fault=crash-on-load"
+    )
+    assert real_argv["module"] == "sglang.launch_server"
+    assert sim_argv["module"] == "repro_py.simengine"
+    sim_only = sim_argv["argv"][len(real_argv["argv"]) :]
+    assert sim_argv["argv"][: len(real_argv["argv"])] == real_argv["argv"]
+    assert all(w.startswith("--sim-") for w in sim_only[::2]), sim_only
+    assert sim_only[-2:] == ["--sim-fault", "crash-on-load"]
+    assert not any(w.startswith("--sim-") for w in real_argv["argv"])
+    # The unit's ExecStart is exactly python -m MODULE + argv.
+    assert exec_start_words(real) == [f"{VENV}/bin/python", "-m", "sglang.launch_server", *real_argv["argv"]]
+    assert exec_start_words(sim) == [f"{VENV}/bin/python", "-m", "repro_py.simengine", *sim_argv["argv"]]
+
+
+def test_spec_flags_come_from_spec_config(run_playbook, tmp_path):
+    _, argv = render(
+        run_playbook,
+        tmp_path,
+        "-e",
+        "budget=12",
+        "-e",
+        "topk=6",
+        "-e",
+        "window=none",
+        "-e",
+        "sglang_service_drafter_path=/d",
+    )
+    cfg = spec_config.validate({"algorithm": "ddtree", "budget": 12, "topk": 6, "window": None, "block_size": 8})
+    flags = spec_config.to_engine_flags(cfg, drafter_path="/d")
+    words = argv["argv"]
+    i = words.index("--speculative-algorithm")
+    assert words[i : i + len(flags)] == flags
+
+
+def test_unit_hardening_keeps_gpus_visible(run_playbook, tmp_path):
+    unit, _ = render(run_playbook, tmp_path)
+    for directive in (
+        "NoNewPrivileges=yes",
+        "ProtectSystem=full",
+        "PrivateTmp=yes",
+        "KillMode=control-group",
+        "Restart=on-failure",
+        "TimeoutStartSec=1200",
+        "User=sglang",
+    ):
+        assert f"\n{directive}\n" in unit, directive
+    for forbidden in ("PrivateDevices=", "MemoryDenyWriteExecute=", "SystemCallFilter=", "DevicePolicy=closed"):
+        assert forbidden not in unit, forbidden
+    unit_off, _ = render(run_playbook, tmp_path / "off", "-e", '{"sglang_service_hardening": false}')
+    assert "NoNewPrivileges" not in unit_off

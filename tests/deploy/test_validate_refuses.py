@@ -1,0 +1,133 @@
+"""Bad inputs are refused on the controller, before any connection to a host.
+
+inventory/ct200's host is an unreachable placeholder (ct200.example.internal):
+if validation ever needed the host, these runs would report UNREACHABLE
+instead of the validation message.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+BAD_INPUTS = [
+    (["-e", "budget=0"], "budget=0 is out of range; allowed 1..256"),
+    (["-e", "budget=300"], "budget=300 is out of range; allowed 1..256"),
+    (["-e", "budget=8", "-e", "topk=9"], "topk=9 is out of range (topk must be <= budget=8); allowed 1..8"),
+    (
+        ["-e", "window=abc"],
+        "window='abc' is not an integer; an integer 1..1048576 is required (or none for a full draft cache)",
+    ),
+    (["-e", "block_size=12"], "block_size=12 is not allowed; allowed: 8, 16"),
+    (["-e", "algorithm=medusa"], "algorithm='medusa' is not allowed; allowed: ddtree, dflash, none"),
+    (
+        ["-e", "sglang_service_disable_cuda_graph=yes"],
+        "sglang_service_disable_cuda_graph='yes' is a str; a real boolean",
+    ),
+    (["-e", "sglang_service_rollback=false"], "sglang_service_rollback='false' is a str; a real boolean"),
+    (["-e", "sglang_service_port=80"], "sglang_service_port=80 is out of range; allowed 1024..65535"),
+    (["-e", "sglang_service_tp_size=0"], "sglang_service_tp_size=0 is out of range; allowed 1..64"),
+    (["-e", "sglang_service_engine=vllm"], "sglang_service_engine='vllm' is not allowed; allowed: sglang, simulated"),
+    (["-e", "sim_fault=crash-on-load"], "faults are for engine simulated only"),
+]
+
+
+def _flat(text: str) -> str:
+    return re.sub(r"\s+", " ", text)
+
+
+@pytest.mark.parametrize(("extra", "message"), BAD_INPUTS, ids=[" ".join(a) for a, _ in BAD_INPUTS])
+def test_bad_input_refused_before_the_host(run_playbook, extra, message):
+    res = run_playbook("-i", "inventory/ct200", "playbooks/reconfigure.yml", *extra)
+    out = _flat(res.stdout + res.stderr)
+    assert res.returncode != 0, out[-2000:]
+    assert message in out, out[-3000:]
+    assert "UNREACHABLE" not in out
+    assert "Gathering Facts" not in out, "a play after validation started"
+
+
+@pytest.mark.parametrize("playbook", ["site.yml", "playbooks/reconfigure.yml", "playbooks/collect.yml"])
+def test_every_playbook_validates_first(run_playbook, playbook):
+    res = run_playbook(
+        "-i", "inventory/ct200", playbook, "-e", "budget=0", "-e", "sglang_service_disable_cuda_graph=yes"
+    )
+    out = _flat(res.stdout)
+    assert res.returncode != 0
+    assert "budget=0 is out of range; allowed 1..256" in out
+    assert "sglang_service_disable_cuda_graph='yes' is a str; a real boolean" in out
+    assert "UNREACHABLE" not in out and "Gathering Facts" not in out
+
+
+def test_every_problem_is_reported_at_once(run_playbook):
+    res = run_playbook(
+        "-i",
+        "inventory/ct200",
+        "playbooks/reconfigure.yml",
+        "-e",
+        "budget=8",
+        "-e",
+        "topk=9",
+        "-e",
+        "window=abc",
+        "-e",
+        "block_size=12",
+    )
+    out = _flat(res.stdout)
+    assert res.returncode != 0
+    for message in ("topk=9 is out of range", "window='abc' is not an integer", "block_size=12 is not allowed"):
+        assert message in out
+
+
+def test_valid_inputs_pass_without_contacting_the_host(run_playbook):
+    res = run_playbook("-i", "inventory/ct200", "playbooks/validate_inventory.yml", "-e", "budget=12", "-e", "topk=6")
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert "UNREACHABLE" not in res.stdout
+
+
+@pytest.mark.parametrize("inventory", ["inventory/ct200", "inventory/b300", "inventory/local"])
+def test_shipped_inventories_are_valid(run_playbook, inventory):
+    res = run_playbook("-i", inventory, "playbooks/validate_inventory.yml")
+    assert res.returncode == 0, res.stdout[-3000:]
+
+
+def _resolved(run_playbook, tmp_path, *extra):
+    out = tmp_path / "resolved.json"
+    res = run_playbook("-i", "inventory/ct200", "tests/deploy/show_resolved.yml", "-e", f"out_file={out}", *extra)
+    assert res.returncode == 0, res.stdout[-3000:]
+    return json.loads(out.read_text())
+
+
+def test_short_keys_override_the_inventory(run_playbook, tmp_path):
+    got = _resolved(run_playbook, tmp_path, "-e", "budget=12", "-e", "topk=6", "-e", "window=none")
+    assert got["budget"] == 12 and got["topk"] == 6 and got["window"] is None
+    assert got["block_size"] == 8 and got["algorithm"] == "ddtree"  # from inventory/ct200
+    assert "--speculative-ddtree-budget 12 --speculative-ddtree-topk-cap 6" in " ".join(got["flags"])
+    assert "--speculative-draft-window-size" not in got["flags"]
+
+
+def test_inventory_values_apply_without_short_keys(run_playbook, tmp_path):
+    got = _resolved(run_playbook, tmp_path)
+    assert (got["budget"], got["topk"], got["window"], got["block_size"]) == (8, 4, 2048, 8)
+    assert got["label"] == "ddtree-b8-t4-w2048-bs8"
+
+
+def test_role_extra_var_beats_short_key(run_playbook, tmp_path):
+    got = _resolved(run_playbook, tmp_path, "-e", "budget=12", "-e", "sglang_service_ddtree_budget=16")
+    assert got["budget"] == 16
+    assert "--speculative-ddtree-budget 16" in " ".join(got["flags"])
+
+
+def test_dflash_drops_inventory_ddtree_keys(run_playbook, tmp_path):
+    got = _resolved(run_playbook, tmp_path, "-e", "algorithm=dflash")
+    assert got["algorithm"] == "dflash" and got["budget"] is None and got["topk"] is None
+    assert "--speculative-algorithm DFLASH" in " ".join(got["flags"])
+
+
+def test_explicit_ddtree_key_with_dflash_is_refused(run_playbook):
+    res = run_playbook(
+        "-i", "inventory/ct200", "playbooks/validate_inventory.yml", "-e", "algorithm=dflash", "-e", "budget=8"
+    )
+    assert res.returncode != 0
+    assert "budget='8' is a DDTree setting but algorithm=dflash" in _flat(res.stdout)
