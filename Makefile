@@ -1,0 +1,115 @@
+# Entry points. README.md opens with the two that matter:
+#   make demo   set up, then deploy the simulated engine to the local systemd
+#               test host and sweep a small grid (report + plots + manifest)
+#   make test   set up, then run every check and test (what .ci/run runs)
+# Everything installs what it needs itself: Debian packages (podman, runc,
+# debootstrap, patch), the hash-locked Python environment, the test-host image.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+ROOT := $(CURDIR)
+VENV := $(ROOT)/.venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+CPU_VENV := $(ROOT)/.venv-sglang-cpu
+WHEELHOUSE := $(ROOT)/.whl
+RESULTS := $(ROOT)/results
+RUN_ID ?= demo-$(shell date -u +%Y%m%dT%H%M%SZ)
+
+export PATH := $(BIN):$(PATH)
+export CONTAINERS_CONF := $(ROOT)/testhost/containers.conf
+export ANSIBLE_CONFIG := $(ROOT)/ansible.cfg
+export PYTHONPATH := $(ROOT)
+export PYTHONUNBUFFERED := 1
+
+APT_PACKAGES := podman runc debootstrap patch
+
+.PHONY: help demo test setup system-packages venv cpu-venv image testhost wheelhouse deploy sweep \
+        lint manifest manifest-check locks unit molecule e2e clean-testhost
+
+help:
+	@sed -n '2,7p' Makefile
+
+## ---- setup -------------------------------------------------------------
+system-packages:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "setup: installing Debian packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+# The controller/test environment, from the hash lock. The machine-wide pip
+# configuration (extra local indexes, constraints) is ignored on purpose.
+$(VENV)/.stamp: requirements/dev.lock pyproject.toml
+	python3 -m venv $(VENV)
+	PIP_CONFIG_FILE=/dev/null $(BIN)/pip install -q --disable-pip-version-check --require-hashes --no-deps -r requirements/dev.lock
+	sha256sum requirements/dev.lock > $@
+
+venv: $(VENV)/.stamp
+
+$(CPU_VENV)/.stamp: patches/tools/make-cpu-venv.sh patches/tools/cpu-venv-constraints.txt
+	patches/tools/make-cpu-venv.sh $(CPU_VENV)
+	touch $@
+
+cpu-venv: $(CPU_VENV)/.stamp
+
+setup: system-packages venv
+
+image: system-packages
+	testhost/build-image.sh
+
+testhost: image
+	testhost/up.sh sglang-testhost
+
+wheelhouse: venv
+	scripts/build-wheelhouse.sh $(WHEELHOUSE)
+
+## ---- main job: deploy + sweep on the local test host ---------------------
+deploy: setup testhost wheelhouse
+	$(BIN)/ansible-playbook -i inventory/local site.yml
+
+sweep: venv
+	$(PY) -m repro_py.sweep inventory/local --results $(RESULTS) --run-id $(RUN_ID)
+
+demo: deploy
+	$(MAKE) --no-print-directory sweep RUN_ID=$(RUN_ID)
+	@echo "demo: report in $(RESULTS)/$(RUN_ID)/summary.md"
+	cd $(RESULTS)/$(RUN_ID) && sha256sum -c --quiet MANIFEST.sha256 && echo "demo: MANIFEST.sha256 verified by sha256sum -c"
+
+## ---- checks and tests ----------------------------------------------------
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/mypy --strict scripts/check-locks.py
+	$(BIN)/yamllint -s .
+	$(BIN)/ansible-lint
+	$(PY) scripts/render-variable-docs.py --check
+
+manifest: venv
+	$(PY) -m repro_py.manifest write
+
+manifest-check: venv
+	sha256sum -c --quiet MANIFEST.sha256
+	$(PY) -m repro_py.manifest verify
+
+locks: venv
+	$(PY) scripts/check-locks.py
+
+unit: venv cpu-venv
+	REPRO_REQUIRE_SGLANG_CPU=1 SGLANG_CPU_PYTHON=$(CPU_VENV)/bin/python \
+	  $(PY) -m pytest -q -m "not testhost" -p no:cacheprovider
+
+molecule: setup image wheelhouse
+	$(BIN)/molecule test
+
+# The sweep through Ansible on the deployed test host (interrupt + resume,
+# report, manifest), kept under results/ for inspection.
+e2e: deploy
+	SGLANG_TESTHOST=1 SWEEP_E2E_RESULTS=$(RESULTS) $(PY) -m pytest -q -p no:cacheprovider tests/e2e
+
+test: setup lint manifest-check locks unit molecule e2e
+
+clean-testhost:
+	testhost/down.sh sglang-testhost || true

@@ -1,0 +1,105 @@
+"""The sweep end to end on the podman systemd test host, through Ansible.
+
+`python -m repro_py.sweep inventory/local` with a small grid: one config that
+fails to start (crash-on-load) and one that garbles (mask-offset) next to the
+baseline and the default; Ctrl-C after the first result, then --resume; the
+report, plots and a manifest that GNU sha256sum -c accepts.
+
+Needs the deployed test host (`make e2e` deploys it first) and runs only with
+SGLANG_TESTHOST=1; the run directory is kept under $SWEEP_E2E_RESULTS when set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from repro_py.exitcodes import ExitCode
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.testhost
+
+GRID = {
+    "configs": [
+        {"algorithm": "none"},
+        {"algorithm": "ddtree", "budget": 8, "topk": 4, "window": 2048, "block_size": 8},
+        {"algorithm": "ddtree", "budget": 8, "topk": 4, "window": 2048, "block_size": 8, "sim_fault": "crash-on-load"},
+        {"algorithm": "ddtree", "budget": 16, "topk": 4, "window": 2048, "block_size": 8, "sim_fault": "mask-offset"},
+    ]
+}
+BENCH = ["--bench-contexts", "60", "1024", "--bench-concurrency", "1", "4", "--repeats", "2", "--max-tokens", "64"]
+
+
+def _sweep(args: list[str]) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CONTAINERS_CONF": str(ROOT / "testhost/containers.conf")}
+    return subprocess.Popen(
+        [sys.executable, "-m", "repro_py.sweep", "inventory/local", *args],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+
+
+@pytest.mark.skipif(os.environ.get("SGLANG_TESTHOST") != "1", reason="set SGLANG_TESTHOST=1 (make e2e)")
+def test_sweep_on_the_systemd_test_host_interrupted_and_resumed(tmp_path: Path) -> None:
+    results = Path(os.environ.get("SWEEP_E2E_RESULTS") or tmp_path / "results")
+    run_id = f"e2e-{time.strftime('%Y%m%dT%H%M%S')}"
+    run_dir = results / run_id
+    grid = tmp_path / "grid.yml"
+    grid.write_text(yaml.safe_dump(GRID), encoding="utf-8")
+    common = ["--grid", str(grid), "--results", str(results), "--run-id", run_id, "-e", "sglang_service_sim_speed=10"]
+
+    proc = _sweep([*common, *BENCH])
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline and not list((run_dir / "configs").glob("*.json")):
+        if proc.poll() is not None:
+            pytest.fail(f"the sweep ended before its first result:\n{proc.communicate()[0]}")
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == ExitCode.INTERRUPTED, out
+    assert json.loads((run_dir / "state.json").read_text())["status"] == "interrupted"
+    first = {p.name: p.read_bytes() for p in (run_dir / "configs").glob("*.json")}
+    assert 1 <= len(first) < len(GRID["configs"]), out
+    assert not list(run_dir.rglob("*.tmp"))
+
+    proc = _sweep(["--results", str(results), "--resume", "--run-id", run_id])
+    out, _ = proc.communicate(timeout=1800)
+    print(out)
+    assert proc.returncode == ExitCode.OK, out
+    for name, data in first.items():
+        assert (run_dir / "configs" / name).read_bytes() == data, f"{name} was rerun after --resume"
+        assert f"{name[:-5]}: done" in out
+
+    docs = {p.stem: json.loads(p.read_text()) for p in (run_dir / "configs").glob("*.json")}
+    assert len(docs) == len(GRID["configs"])
+    for label in ("baseline", "ddtree-b8-t4-w2048-bs8"):
+        assert docs[label]["status"] == "ok", docs[label]["failure"]
+        assert docs[label]["engine"]["kind"] == "simulated"
+        assert docs[label]["engine"]["sim_speed"] == 10.0
+        assert docs[label]["reconfigure"]["time_to_ready_s"] > 0
+    crash = docs["ddtree-b8-t4-w2048-bs8-fault-crash-on-load"]
+    assert crash["failure"]["class"] == "failed_to_start", crash["failure"]
+    assert any("crash-on-load" in line for line in crash["failure"]["journal"]), crash["failure"]
+    garbled = docs["ddtree-b16-t4-w2048-bs8-fault-mask-offset"]
+    assert garbled["failure"]["class"] == "gate_failed", garbled["failure"]
+    assert "lossless" in garbled["failure"]["reason"]
+
+    summary = (run_dir / "summary.md").read_text()
+    assert summary.startswith("# SIMULATED")
+    assert "ddtree-b8-t4-w2048-bs8-fault-crash-on-load | failed_to_start |" in summary
+    for png in ("tps_vs_concurrency", "acceptance_vs_budget", "pareto"):
+        assert (run_dir / "plots" / f"{png}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    check = subprocess.run(["sha256sum", "-c", "--quiet", "MANIFEST.sha256"], cwd=run_dir, check=False,
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    state = json.loads((run_dir / "state.json").read_text())
+    assert state["status"] == "complete"
+    assert state["restore"]["status"] == "ok", state["restore"]
+    assert state["restore"]["label"] == "ddtree-b8-t4-w2048-bs8"  # the inventory's sweep_default_config
