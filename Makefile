@@ -17,6 +17,8 @@ CPU_VENV := $(ROOT)/.venv-sglang-cpu
 WHEELHOUSE := $(ROOT)/.whl
 RESULTS := $(ROOT)/results
 RUN_ID ?= demo-$(shell date -u +%Y%m%dT%H%M%SZ)
+# The demo compresses the simulated engine's time x10 (reported in every figure).
+SWEEP_ARGS ?= -e sglang_service_sim_speed=10 --repeats 2 --max-tokens 256
 
 export PATH := $(BIN):$(PATH)
 export CONTAINERS_CONF := $(ROOT)/testhost/containers.conf
@@ -71,7 +73,7 @@ deploy: setup testhost wheelhouse
 	$(BIN)/ansible-playbook -i inventory/local site.yml
 
 sweep: venv
-	$(PY) -m repro_py.sweep inventory/local --results $(RESULTS) --run-id $(RUN_ID)
+	$(PY) -m repro_py.sweep inventory/local --results $(RESULTS) --run-id $(RUN_ID) $(SWEEP_ARGS)
 
 demo: deploy
 	$(MAKE) --no-print-directory sweep RUN_ID=$(RUN_ID)
