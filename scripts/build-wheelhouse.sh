@@ -1,28 +1,28 @@
 #!/usr/bin/env bash
 # Build, on the controller, the offline wheelhouse the systemd test host needs
 # (the same path an air-gapped GPU cluster takes):
-#   - every wheel of requirements/testhost.lock        (cp311, manylinux x86_64, hash-checked)
+#   - every wheel of requirements/testhost.lock        (cp312, manylinux x86_64, hash-checked)
 #   - every wheel of requirements/cuda-13.0.3-wheels.lock (CUDA 13.0.3 nvcc/cudart/cccl/nvrtc)
 #   - the real sglang 0.5.23 wheel, --no-deps, sha256-pinned below (patched by roles/sglang_patches)
 #   - this project's own wheel (repro-py), built reproducibly (SOURCE_DATE_EPOCH)
 # and writes DIR/SHA256SUMS. A second run with unchanged inputs only rebuilds
 # the project wheel (seconds) and leaves every file untouched.
 #
-# Usage: scripts/build-wheelhouse.sh DIR [--python-version 3.11] [--platform manylinux_2_36_x86_64]
+# Usage: scripts/build-wheelhouse.sh DIR [--python-version 3.12] [--platform manylinux_2_39_x86_64]
 #        scripts/build-wheelhouse.sh DIR --production   (the sglang 0.5.23 production lock, cp312: ~4.4 GB)
 # Env:   PYTHON (default: .venv/bin/python, else python3) used for `pip download` / `pip wheel`.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 req="$root/requirements"
-# The sglang 0.5.23 wheel the test host installs with --no-deps (Python 3.11).
+# The sglang 0.5.23 wheel the test host (Ubuntu 24.04) installs with --no-deps (Python 3.12).
 sglang_version="0.5.23"
-sglang_wheel="sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl"
-sglang_sha256="00b3cd5b265ac76c64185fbb6b95424f324ddd9f428d0306b77bc9db9d859937"
+sglang_wheel="sglang-0.5.23-cp312-cp312-manylinux_2_34_x86_64.whl"
+sglang_sha256="8d257a319395b322bb1be327d05e5528859358153c8563b04c0a4a3c8af164b6"
 
 dir=""
-pyver="3.11"
-platform="manylinux_2_36_x86_64"
+pyver="3.12"
+platform="manylinux_2_39_x86_64"
 production=0
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -54,7 +54,7 @@ else
 fi
 
 # `pip download --platform` takes exact tags: list every manylinux tag that a
-# host with this glibc accepts (manylinux_2_36 down to manylinux_2_17 and the
+# host with this glibc accepts (manylinux_2_39 down to manylinux_2_17 and the
 # legacy aliases), as pip does for the running interpreter.
 plat_args=()
 if [[ "$platform" =~ ^manylinux_2_([0-9]+)_(x86_64|aarch64)$ ]]; then

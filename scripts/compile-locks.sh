@@ -3,7 +3,7 @@
 #
 # Usage: scripts/compile-locks.sh [production|testhost|cuda|all] [-o OUTDIR] [--upgrade]
 #   production  requirements/sglang-0.5.23-cu130.lock  (Python 3.12, x86_64 manylinux_2_39)
-#   testhost    requirements/testhost.lock             (Python 3.11, x86_64 manylinux_2_36: Debian 12)
+#   testhost    requirements/testhost.lock             (Python 3.12, x86_64 manylinux_2_39: Ubuntu 24.04)
 #   cuda        requirements/cuda-13.0.3-wheels.lock   (CUDA 13.0.3 wheels, py3-none; 3.11 and 3.12)
 # -o OUTDIR writes the locks there instead (scripts/check-locks.py uses this to
 # re-resolve into a temporary directory and compare the pins).
@@ -65,6 +65,6 @@ compile() {  # name in-file out-file python platform
 
 case "$which_lock" in
     production|all) compile production sglang-0.5.23-cu130.in sglang-0.5.23-cu130.lock 3.12 x86_64-manylinux_2_39 ;;&
-    testhost|all)   compile testhost testhost.in testhost.lock 3.11 x86_64-manylinux_2_36 ;;&
+    testhost|all)   compile testhost testhost.in testhost.lock 3.12 x86_64-manylinux_2_39 ;;&
     cuda|all)       compile cuda cuda-13.0.3-wheels.in cuda-13.0.3-wheels.lock 3.11 x86_64-manylinux_2_28 ;;
 esac

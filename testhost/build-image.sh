@@ -1,21 +1,31 @@
 #!/usr/bin/env bash
-# Build (or reuse) the systemd test-host image from Debian's mirror.
-# No container registry is needed: debootstrap a minimal bookworm with
-# systemd and python3, then `podman import` it.
+# Build (or reuse) the systemd test-host image: Ubuntu 24.04 (noble), the
+# release the production GPU hosts run (systemd 255, Python 3.12), from
+# Ubuntu's archive with debootstrap. No container registry is needed.
+#
+# Reproducible: packages come from noble's release pocket (frozen since the
+# release; no -updates), verified with the Ubuntu archive keyring whose .deb
+# is pinned by sha256 below; the machine-id is empty and the tar is
+# numeric-owner.
 #
 # Usage: testhost/build-image.sh [--force]
-# Env:   TESTHOST_IMAGE (default localhost/sglang-testhost:bookworm)
-#        DEBIAN_MIRROR  (default: debootstrap's default mirror)
+# Env:   TESTHOST_IMAGE (default in testhost/common.sh)
+#        UBUNTU_MIRROR  (default http://archive.ubuntu.com/ubuntu)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-export CONTAINERS_CONF="${CONTAINERS_CONF:-$here/containers.conf}"
-image="${TESTHOST_IMAGE:-localhost/sglang-testhost:bookworm}"
+# shellcheck source=testhost/common.sh
+. "$here/common.sh"
+image="$TESTHOST_IMAGE"
+mirror="${UBUNTU_MIRROR:-http://archive.ubuntu.com/ubuntu}"
+suite=noble
+keyring_deb="pool/main/u/ubuntu-keyring/ubuntu-keyring_2023.11.28.1_all.deb"
+keyring_sha256="36de43b15853ccae0028e9a767613770c704833f82586f28eb262f0311adb8a8"
 force=0
 [[ "${1:-}" == "--force" ]] && force=1
 
-for tool in podman debootstrap runc; do
-    command -v "$tool" >/dev/null || { echo "build-image: '$tool' is not installed (apt-get install podman runc debootstrap)" >&2; exit 2; }
+for tool in podman debootstrap runc curl; do
+    command -v "$tool" >/dev/null || { echo "build-image: '$tool' is not installed (apt-get install podman runc debootstrap curl)" >&2; exit 2; }
 done
 
 if [[ $force -eq 0 ]] && podman image exists "$image"; then
@@ -23,18 +33,35 @@ if [[ $force -eq 0 ]] && podman image exists "$image"; then
     exit 0
 fi
 
-rootfs=$(mktemp -d /var/tmp/sglang-testhost-rootfs.XXXXXX)
-trap 'rm -rf "$rootfs"' EXIT
-echo "build-image: debootstrap bookworm into $rootfs"
-# Packages: systemd as PID 1, python3 for Ansible modules, python3-venv for the
-# service venv, curl for manual probing, patch for the patch role, g++ as nvcc's host
-# compiler (the CUDA compile check), procps/iproute2 for ss/pgrep.
-debootstrap --variant=minbase \
-    --include=systemd,systemd-sysv,dbus,python3,python3-venv,python3-pip,sudo,patch,g++,procps,iproute2,curl,ca-certificates \
-    bookworm "$rootfs" ${DEBIAN_MIRROR:+"$DEBIAN_MIRROR"} >/dev/null
-# A fixed machine-id keeps journald happy and the image reproducible.
+work=$(mktemp -d /var/tmp/sglang-testhost.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+rootfs="$work/rootfs"
+
+echo "build-image: Ubuntu archive keyring ($keyring_deb, sha256 pinned)"
+curl -fsSL --retry 3 -o "$work/keyring.deb" "$mirror/$keyring_deb"
+echo "$keyring_sha256  $work/keyring.deb" | sha256sum --quiet -c - \
+    || { echo "build-image: $keyring_deb does not have the pinned sha256" >&2; exit 1; }
+dpkg-deb -x "$work/keyring.deb" "$work/keyring"
+
+# Debian's debootstrap has no 'noble' script; noble bootstraps with the same
+# script as every Ubuntu release since gutsy (Ubuntu's own debootstrap links it).
+script=/usr/share/debootstrap/scripts/gutsy
+[[ -f /usr/share/debootstrap/scripts/$suite ]] && script=/usr/share/debootstrap/scripts/$suite
+
+echo "build-image: debootstrap $suite from $mirror"
+# Packages: systemd as PID 1, python3 (3.12) for Ansible modules, python3-venv for
+# the service venv, curl for probing, patch for the patch role, g++ as nvcc's host
+# compiler, procps/iproute2 for ss/pgrep, kmod/udev as on a real host.
+debootstrap --variant=minbase --keyring="$work/keyring/usr/share/keyrings/ubuntu-archive-keyring.gpg" \
+    --components=main,universe \
+    --include=systemd,systemd-sysv,dbus,udev,kmod,python3,python3-venv,sudo,patch,g++,procps,iproute2,curl,ca-certificates \
+    "$suite" "$rootfs" "$mirror" "$script" >"$work/debootstrap.log" 2>&1 \
+    || { tail -30 "$work/debootstrap.log" >&2; echo "build-image: debootstrap failed" >&2; exit 1; }
+# apt inside the container: the same release pocket, nothing else.
+echo "deb $mirror $suite main universe" > "$rootfs/etc/apt/sources.list"
+# A fixed (empty) machine-id: systemd generates one at boot; the image stays reproducible.
 : > "$rootfs/etc/machine-id"
 rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
 tar -C "$rootfs" --numeric-owner -c . | podman import \
     --change 'CMD ["/sbin/init"]' --change 'STOPSIGNAL SIGRTMIN+3' - "$image" >/dev/null
-echo "build-image: built $image"
+echo "build-image: built $image ($(chroot "$rootfs" systemctl --version | head -1), $(chroot "$rootfs" python3 --version))"

@@ -4,7 +4,8 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-export CONTAINERS_CONF="${CONTAINERS_CONF:-$here/containers.conf}"
+# shellcheck source=testhost/common.sh
+. "$here/common.sh"
 name="${1:-${TESTHOST_NAME:-sglang-testhost}}"
 
 if podman container exists "$name"; then

@@ -3,16 +3,17 @@
 # Idempotent: an existing running container is kept, a stopped one is started.
 #
 # Usage: testhost/up.sh [NAME]        (default NAME: sglang-testhost)
-# Env:   TESTHOST_IMAGE (default localhost/sglang-testhost:bookworm)
+# Env:   TESTHOST_IMAGE (default in testhost/common.sh)
 #        TESTHOST_BOOT_TIMEOUT seconds (default 120)
 # The container shares the machine's network (--network host): services in it
 # listen on this machine's loopback, so pick ports nothing else uses.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-export CONTAINERS_CONF="${CONTAINERS_CONF:-$here/containers.conf}"
+# shellcheck source=testhost/common.sh
+. "$here/common.sh"
 name="${1:-${TESTHOST_NAME:-sglang-testhost}}"
-image="${TESTHOST_IMAGE:-localhost/sglang-testhost:bookworm}"
+image="$TESTHOST_IMAGE"
 timeout="${TESTHOST_BOOT_TIMEOUT:-120}"
 
 "$here/build-image.sh"
@@ -26,8 +27,12 @@ if podman container exists "$name"; then
     fi
 else
     echo "up: creating $name from $image"
+    # CAP_SYS_ADMIN: systemd 255 keeps it across User= to set up a unit's
+    # sandbox (PrivateTmp, ProtectSystem...); without it every hardened unit
+    # fails with 217/USER "Failed to keep CAP_SYS_ADMIN". PID 1 on a real host
+    # has it; podman's default set does not.
     podman run -d --name "$name" --hostname "$name" --systemd=always --network host \
-        "$image" /sbin/init >/dev/null
+        --cap-add SYS_ADMIN "$image" /sbin/init >/dev/null
 fi
 
 # Wait for systemd to finish booting: running, or degraded (some unit failed,

@@ -1,22 +1,23 @@
 #!/usr/bin/env bash
 # End-to-end check of the install roles on a fresh podman systemd container
-# (Debian 12 test-host image): wheelhouse -> check mode on the bare host ->
+# (Ubuntu 24.04 test-host image): wheelhouse -> check mode on the bare host ->
 # converge -> idempotent re-run -> verify (nvcc 13.0 from the wheels, state
 # file == series) -> changed patch re-applied -> empty series restores stock.
 #
 # Usage: tests/install/run-converge.sh            (KEEP=1 keeps the container)
 # Env:   REAL_SERIES=1 also applies patches/sglang/0.5.23 (twice: idempotent),
 #        WHEELHOUSE (default /tmp/sglang-deploy-wheelhouse), CONTAINER (default install-dev),
-#        TESTHOST_IMAGE (default localhost/sglang-testhost:bookworm)
+#        TESTHOST_IMAGE (default in testhost/common.sh)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
-export CONTAINERS_CONF="${CONTAINERS_CONF:-$root/testhost/containers.conf}"
+# shellcheck source=testhost/common.sh
+. "$root/testhost/common.sh"
 export WHEELHOUSE="${WHEELHOUSE:-/tmp/sglang-deploy-wheelhouse}"
 export ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks
 container="${CONTAINER:-install-dev}"
-image="${TESTHOST_IMAGE:-localhost/sglang-testhost:bookworm}"
+image="$TESTHOST_IMAGE"
 playbook=(.venv/bin/ansible-playbook -i tests/install/inventory.yml -l "$container" tests/install/converge.yml)
 fixtures="$root/tests/install/fixtures"
 log=$(mktemp -d /tmp/install-converge.XXXXXX)
@@ -36,7 +37,7 @@ changed_count() { grep -E "^$container +:" "$log/$1.log" | sed -E 's/.*changed=(
 timed wheelhouse scripts/build-wheelhouse.sh "$WHEELHOUSE"
 
 podman rm -f "$container" >/dev/null 2>&1 || true
-podman run -d --name "$container" --systemd=always --network host "$image" /sbin/init >/dev/null
+TESTHOST_IMAGE="$image" testhost/up.sh "$container" >/dev/null
 [[ "${KEEP:-0}" == 1 ]] || trap 'podman rm -f "$container" >/dev/null 2>&1 || true' EXIT
 for _ in $(seq 30); do
     state=$(podman exec "$container" systemctl is-system-running 2>/dev/null || true)
@@ -71,7 +72,7 @@ PY
 podman exec "$container" /opt/sglang/venv/bin/python -c \
     "import sglang.srt.speculative.dflash_utils as m, sys; sys.exit(0) if 'SGLANG_DEPLOY_TEST_SERIES' in open(m.__file__).read() else sys.exit(1)" 2>/dev/null \
     || podman exec "$container" grep -q SGLANG_DEPLOY_TEST_SERIES \
-        /opt/sglang/venv/lib/python3.11/site-packages/sglang/srt/speculative/dflash_utils.py
+        /opt/sglang/venv/lib/python3.12/site-packages/sglang/srt/speculative/dflash_utils.py
 
 # A changed patch: pristine restored, series re-applied (v2 of patch 0001).
 cp -r "$fixtures/series-0.5.23" "$log/series-v2"
@@ -79,14 +80,14 @@ sed -i 's/SGLANG_DEPLOY_TEST_SERIES = 1/SGLANG_DEPLOY_TEST_SERIES = 2/' "$log/se
 SERIES_DIR="$log/series-v2" timed reapply "${playbook[@]}"
 grep -q 'action reapply' "$log/reapply.log" || { step "FAILED: changed patch not re-applied"; exit 1; }
 podman exec "$container" grep -q 'SGLANG_DEPLOY_TEST_SERIES = 2' \
-    /opt/sglang/venv/lib/python3.11/site-packages/sglang/srt/speculative/dflash_utils.py
+    /opt/sglang/venv/lib/python3.12/site-packages/sglang/srt/speculative/dflash_utils.py
 
 # An empty series: stock sglang again.
 mkdir -p "$log/series-empty" && : > "$log/series-empty/series"
 SERIES_DIR="$log/series-empty" timed restore "${playbook[@]}"
 grep -q 'action restore' "$log/restore.log" || { step "FAILED: empty series did not restore"; exit 1; }
 if podman exec "$container" grep -q SGLANG_DEPLOY_TEST_SERIES \
-    /opt/sglang/venv/lib/python3.11/site-packages/sglang/srt/speculative/dflash_utils.py; then
+    /opt/sglang/venv/lib/python3.12/site-packages/sglang/srt/speculative/dflash_utils.py; then
     step "FAILED: patched file not restored"; exit 1
 fi
 # Optional: the project's real series (patches/sglang/0.5.23) on the real wheel.
