@@ -106,9 +106,12 @@ def launch(kind: str, *, work_bytes: int, root_dir: Path | None) -> Launch:
     raise ValueError(f"isolation {kind!r}: allowed bwrap, namespaces, none")
 
 
-def describe(kind: str, uid: int | None) -> str:
-    who = (f"uid {uid} without capabilities" if uid is not None
-           else "the caller's uid in a user namespace, no capabilities")
+def describe(kind: str, uid: int | str | None) -> str:
+    """What isolation ``kind`` gives; ``uid`` is the candidate's (a number, a phrase, or None: the caller's)."""
+    if uid is None:
+        who = "the caller's uid in a user namespace, no capabilities"
+    else:
+        who = f"{uid if isinstance(uid, str) else f'uid {uid}'} without capabilities"
     if kind == "bwrap":
         return (f"{bwrap_version()}: read-only /usr and interpreter, private /sandbox and /tmp (tmpfs), no host "
                 f"files, no network (new netns), new pid/ipc/uts namespaces, {who}; verdict by the judge process")

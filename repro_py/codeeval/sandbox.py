@@ -282,7 +282,7 @@ def available_isolation() -> str:
 def isolation_in_force() -> str:
     """The description recorded with every verdict of this machine's sandbox."""
     kind = available_isolation()
-    return iso.describe(kind, 0 if os.geteuid() == 0 and kind != "none" else None).replace("uid 0", "a fresh uid")
+    return iso.describe(kind, "a fresh uid per run" if os.geteuid() == 0 else None)
 
 
 def _signal_of(rc: int | None) -> int | None:

@@ -259,4 +259,4 @@ def test_the_isolation_in_force_is_recorded() -> None:
     if kind != "none":
         assert "no network" in text and "read-only" in text
     if os.geteuid() == 0 and kind != "none":
-        assert "fresh uid" in text
+        assert "a fresh uid per run without capabilities" in text
