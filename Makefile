@@ -2,7 +2,7 @@
 #   make demo   set up, then deploy the simulated engine to the local systemd
 #               test host and sweep a small grid (report + plots + manifest)
 #   make test   set up, then run every check and test (what .ci/run runs)
-# Everything installs what it needs itself: Debian packages (podman, runc,
+# Everything installs what it needs itself: Debian packages (podman, runc, bubblewrap,
 # debootstrap, patch), the hash-locked Python environment, the test-host image.
 
 SHELL := /bin/bash
@@ -26,7 +26,7 @@ export ANSIBLE_CONFIG := $(ROOT)/ansible.cfg
 export PYTHONPATH := $(ROOT)
 export PYTHONUNBUFFERED := 1
 
-APT_PACKAGES := podman runc debootstrap patch
+APT_PACKAGES := podman runc debootstrap patch bubblewrap
 
 .PHONY: help demo test setup system-packages venv cpu-venv image testhost wheelhouse deploy sweep \
         lint manifest manifest-check locks unit molecule e2e clean-testhost

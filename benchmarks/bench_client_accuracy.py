@@ -42,7 +42,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from repro_py.bench import counters, stats  # noqa: E402
-from repro_py.bench.matrix import flush_cache, repeat_figures, run_requests  # noqa: E402
+from repro_py.bench.figures import repeat_figures  # noqa: E402
+from repro_py.bench.matrix import flush_cache, run_requests  # noqa: E402
 from repro_py.bench.prompts import BuiltPrompt, PromptBuilder  # noqa: E402
 from repro_py.bench.server_info import fetch_server_info  # noqa: E402
 from repro_py.endpoint import Endpoint  # noqa: E402
@@ -127,7 +128,8 @@ async def measure_repeat(
         "errors": fig["errors"],
         "accept_length": delta.accept_length,
         "ttft_ms_p50": fig["ttft_ms"]["p50"],
-        "itl_ms_p50": fig["itl_ms"]["p50"],
+        "itl_chunk_ms_p50": fig["itl_chunk_ms"]["p50"],
+        "itl_token_ms_p50": fig["itl_token_ms"]["p50"],
     }
 
 

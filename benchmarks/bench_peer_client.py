@@ -1,46 +1,54 @@
-"""The same benchmark cell measured by this repository's client and by SGLang's own ``bench_serving``.
+"""This repository's benchmark client side by side with NVIDIA AIPerf (from PyPI) on the same cells.
 
-    .venv/bin/python benchmarks/bench_peer_client.py [--sim-speed 4] [--concurrency 64] [--context 1024]
-        [--max-tokens 512] [--requests 128] [--repeats 3] [--peer-venv DIR] [--no-build] [--json FILE]
+    .venv/bin/python benchmarks/bench_peer_client.py [--cells 1024x8,1024x64] [--requests-per-cell 2]
+        [--max-tokens 512] [--repeats 2] [--sim-speed 4] [--peer-venv DIR] [--no-build] [--json FILE]
 
-The peer is ``sglang.benchmark.serving`` (what ``python -m sglang.bench_serving``
-runs) from the real sglang 0.5.23 wheel, in a scratch venv (default
-``.cache/peer-client-venv``, git-ignored). When that venv is missing it is built
-with the project's ``patches/tools/make-cpu-venv.sh`` (torch CPU, the wheel
-``--no-deps``, its light deps) plus ``transformers==5.19.0``,
-``tokenizers==0.23.2`` (the wheel's pins) and ``datasets``; ``--no-build``
-refuses to build and says so. Importing ``sglang.srt.disaggregation.utils``
-(for one constant, the fake bootstrap host of prefill/decode disaggregation,
-unused here) drags in the multimodal model configs and ``torchvision``, which
-has no build for this CPU torch; that one module is replaced by a stub holding
-the constant. Every other line the peer runs is the wheel's own.
+The peer is ``aiperf`` 0.13.0, installed on first use with pip into its own
+venv (default ``.cache/peer-venvs/aiperf``, git-ignored); ``--no-build``
+refuses to build it and says so. If it cannot be installed or run, the script
+prints exactly why and exits 1.
 
-Offline, the peer needs a tokenizer: a small word-level one is written for it
-(it only uses it to count its prompt lengths and to re-tokenize outputs; with
-speculative decoding it divides each chunk gap by the chunk's re-tokenized
-length, so its ITL is per token while ours is per chunk; with this stand-in
-tokenizer, which also counts whitespace runs, its per-token ITL is not a
-meaningful figure: compare throughput and TTFT). Both
-clients send the same prompts (built to the requested length with the server's
-``/tokenize``), chat completions with streaming, temperature 0, ``ignore_eos``,
-the same max tokens, concurrency and request count, against the same engine
-process (pinned to CPU 0; clients on CPU 1), alternating runs. Each run also
-gets the engine's own figure (delta of ``sglang:generation_tokens_total`` over
-its busy wall time), so either client can be checked against the engine.
+One simulated engine (DDTree b8 t4 w2048, metrics on) runs pinned to CPU 0;
+both clients run on CPU 1, alternately, on every cell (context x
+concurrency): the same prompts (built to the context with the server's
+``/tokenize``; AIPerf reads them from a ``single_turn`` JSONL file), streaming
+chat completions, temperature 0, ``max_tokens`` with ``ignore_eos``, the same
+concurrency and request count, and server-reported token counts for both
+(``--use-server-token-count``). AIPerf counts tokens offline with a small
+word-level tokenizer written for it (only for its prompt statistics).
 
-Every figure is influenced by the simulated engine and its ``--sim-speed``. If
-the peer cannot run here the script prints exactly why and exits 1.
+Per run it takes:
+
+- aggregate output tok/s (ours: server-reported tokens of the successful
+  requests over the first-send .. last-byte span; AIPerf: ``output_token_throughput``);
+- TTFT p50 (both: to the first content-bearing chunk);
+- per-token ITL p50 (ours: (last text chunk - first) / (tokens - 1) per request;
+  AIPerf: ``inter_token_latency``, its per-request (latency - TTFT) / (tokens - 1));
+- client CPU as % of one core over the measured window (ours:
+  ``time.process_time``; AIPerf: the CPU time of its whole process tree,
+  sampled from ``/proc`` every 50 ms, between its own ``start_time`` and
+  ``end_time``, so its start-up and report writing are left out);
+- the engine's own mean end-to-end latency and mean TTFT over the same run
+  (histogram deltas), and each client's means against them: the engine's
+  clock arbitrates when the two clients disagree.
+
+It prints one row per cell with both clients' medians over the repeats and the
+ratios ours / AIPerf. Every figure depends on the simulated engine and its
+``--sim-speed`` (printed with them): a benchmark that prints figures, not a test.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -50,46 +58,25 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_client_accuracy import (  # noqa: E402
-    engine_window,
-    measure_repeat,
-    pin,
-    prepare,
-    start_pinned_engine,
-)
+from bench_client_accuracy import pin, prepare, start_pinned_engine  # noqa: E402
 
 from repro_py.bench import counters, stats  # noqa: E402
-from repro_py.bench.matrix import flush_cache  # noqa: E402
+from repro_py.bench.figures import repeat_figures  # noqa: E402
+from repro_py.bench.matrix import flush_cache, run_requests  # noqa: E402
 from repro_py.bench.prompts import BuiltPrompt  # noqa: E402
 from repro_py.endpoint import Endpoint  # noqa: E402
 
-DEFAULT_VENV = REPO / ".cache" / "peer-client-venv"
-PEER_PINS = ["transformers==5.19.0", "tokenizers==0.23.2", "datasets"]
+PEER = "aiperf==0.13.0"
+DEFAULT_VENV = REPO / ".cache" / "peer-venvs" / "aiperf"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 
-# Runs inside the peer venv: stub the one module whose import needs torchvision, then the wheel's CLI.
-RUNNER = '''
-import sys, types
-stub = types.ModuleType("sglang.srt.disaggregation.utils")
-stub.FAKE_BOOTSTRAP_HOST = "2.2.2.2"
-sys.modules["sglang.srt.disaggregation.utils"] = stub
-from sglang.benchmark.serving import cli_main
-sys.argv = ["sglang.benchmark.serving", *sys.argv[1:]]
-cli_main()
-'''
-
-TOKENIZER_WRITER = '''
+TOKENIZER_WRITER = r'''
 import json, sys
 from pathlib import Path
 from tokenizers import Regex, Tokenizer, models, pre_tokenizers
 out = Path(sys.argv[1]); out.mkdir(parents=True, exist_ok=True)
-words = json.loads(sys.argv[2])
-vocab = {"[UNK]": 0, "<s>": 1, "</s>": 2}
-for w in words:
-    vocab.setdefault(w, len(vocab))
-tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-# Whitespace runs are tokens too: a whitespace-only stream chunk must count as at least one token
-# (bench_serving divides each chunk's gap by the chunk's token count).
-tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"\\s+|\\S+"), behavior="isolated")
+tok = Tokenizer(models.WordLevel({"[UNK]": 0, "<s>": 1, "</s>": 2}, unk_token="[UNK]"))
+tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"\s+|\S+"), behavior="isolated")
 tok.save(str(out / "tokenizer.json"))
 (out / "tokenizer_config.json").write_text(json.dumps({
     "tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "[UNK]", "bos_token": "<s>",
@@ -97,125 +84,226 @@ tok.save(str(out / "tokenizer.json"))
 '''
 
 
-def run_logged(cmd: list[str], log: Path, timeout: float) -> int:
-    with log.open("ab") as fh:
-        return subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout, check=False).returncode
-
-
 def ensure_peer(venv: Path, *, build: bool) -> str | None:
-    """``None`` when the peer imports in ``venv``; otherwise exactly why it cannot run here."""
-    py = venv / "bin" / "python"
+    """``None`` when AIPerf runs from ``venv``; otherwise exactly why it cannot run here."""
+    exe = venv / "bin" / "aiperf"
     log = venv.parent / f"{venv.name}.build.log"
-    if not py.exists():
+    if not exe.exists():
         if not build:
-            return f"no peer venv at {venv} and --no-build was given"
+            return f"no AIPerf at {exe} and --no-build was given"
         venv.parent.mkdir(parents=True, exist_ok=True)
-        print(f"building the peer venv at {venv} (log: {log}) ...", flush=True)
-        rc = run_logged(["bash", str(REPO / "patches/tools/make-cpu-venv.sh"), str(venv)], log, 1800)
-        if rc != 0:
-            return f"patches/tools/make-cpu-venv.sh failed (exit {rc}); see {log}"
-        rc = run_logged([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", *PEER_PINS], log, 1800)
-        if rc != 0:
-            return f"pip install {' '.join(PEER_PINS)} failed (exit {rc}); see {log}"
-    probe = subprocess.run([str(py), "-c", RUNNER.replace("cli_main()", "print('peer import ok')")],
-                           capture_output=True, text=True, timeout=300, check=False)
+        print(f"installing {PEER} into {venv} (log: {log}) ...", flush=True)
+        with log.open("ab") as fh:
+            for cmd in ([sys.executable, "-m", "venv", str(venv)],
+                        [str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", PEER]):
+                rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=1800, check=False).returncode
+                if rc != 0:
+                    return f"{' '.join(cmd[-2:])} failed (exit {rc}); see {log}"
+    probe = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=300, check=False)
     if probe.returncode != 0:
         tail = (probe.stderr or probe.stdout).strip().splitlines()[-1:] or ["(no output)"]
-        return f"sglang.benchmark.serving does not import in {venv}: {tail[0]}"
+        return f"aiperf --version failed in {venv}: {tail[0]}"
     return None
 
 
-def write_dataset(prompt: BuiltPrompt, count: int, path: Path) -> None:
-    """The cell's prompts as bench_serving's custom JSONL dataset (the reply turn is unused: output len is fixed)."""
-    with path.open("w", encoding="utf-8") as fh:
-        for i in range(count):
-            row = {"conversations": [{"role": "user", "content": prompt.text(i)},
-                                     {"role": "assistant", "content": "unused reply text"}]}
-            fh.write(json.dumps(row) + "\n")
+def _tree_ticks(root: int) -> int:
+    """utime + stime (clock ticks) of ``root`` and every descendant alive now."""
+    children: dict[int, list[int]] = {}
+    ticks: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid, ppid = int(entry.name), int(fields[1])
+        children.setdefault(ppid, []).append(pid)
+        ticks[pid] = int(fields[11]) + int(fields[12])
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += ticks.get(pid, 0)
+        todo += children.get(pid, [])
+    return total
 
 
-async def run_peer(
-    session: aiohttp.ClientSession, ep: Endpoint, *, venv: Path, work: Path, args: argparse.Namespace, index: int,
+class TreeCpu:
+    """Samples a process tree's CPU time every 50 ms; ``between(t0, t1)`` is the CPU seconds in that window."""
+
+    def __init__(self, root: int) -> None:
+        self.root, self.samples = root, [(time.time(), 0)]
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.wait(0.05):
+            self.samples.append((time.time(), _tree_ticks(self.root)))
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=5)
+
+    def between(self, t0: float, t1: float) -> float | None:
+        inside = [(t, c) for t, c in self.samples if t0 <= t <= t1]
+        if len(inside) < 2:
+            return None
+        return (inside[-1][1] - inside[0][1]) / CLK_TCK / max(inside[-1][0] - inside[0][0], 1e-9) * (t1 - t0)
+
+
+def engine_ms(before: counters.CounterSnapshot, after: counters.CounterSnapshot) -> tuple[float | None, float | None]:
+    """The engine's own mean end-to-end latency and mean TTFT over the run (histogram deltas), in ms."""
+    timing = counters.engine_timing(before, after)
+    e2e, ttft = timing.e2e_mean_s, timing.ttft_mean_s
+    return (None if e2e is None else e2e * 1000.0), (None if ttft is None else ttft * 1000.0)
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+async def run_ours(
+    session: aiohttp.ClientSession, ep: Endpoint, prompt: BuiltPrompt, *, concurrency: int, requests: int,
+    max_tokens: int,
 ) -> dict[str, Any]:
-    why = await flush_cache(session, ep)
-    if why:
-        print(f"  note: {why}")
-    snap0, busy0 = await engine_window(session, ep)
-    out = work / f"peer-{index}.jsonl"
-    cmd = [
-        str(venv / "bin" / "python"), str(work / "peer_runner.py"),
-        "--backend", "sglang-oai-chat", "--base-url", ep.base_url, "--model", "default",
-        "--tokenizer", str(work / "tokenizer"), "--dataset-name", "custom",
-        "--dataset-path", str(work / "prompts.jsonl"), "--num-prompts", str(args.requests),
-        "--sharegpt-output-len", str(args.max_tokens), "--max-concurrency", str(args.concurrency),
-        "--request-rate", "inf", "--warmup-requests", "0", "--disable-tqdm", "--seed", str(index),
-        "--output-file", str(out),
-    ]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": ""}
-    proc = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-                                                env=env, preexec_fn=lambda: pin(0, 1) and None)
-    output, _ = await proc.communicate()
-    snap1, busy1 = await engine_window(session, ep)
-    if proc.returncode != 0 or not out.exists():
-        tail = output.decode(errors="replace").strip().splitlines()[-5:]
-        raise RuntimeError(f"bench_serving exited {proc.returncode}: " + " | ".join(tail))
-    res = json.loads(out.read_text().strip().splitlines()[-1])
-    delta = counters.delta(snap0, snap1)
-    busy = (busy1 - busy0) if busy0 is not None and busy1 is not None else None
-    engine_tps = delta.generation_tokens / busy if busy and delta.generation_tokens else None
-    tps = float(res["output_throughput"])
+    await flush_cache(session, ep)
+    before = await counters.read_settled(session, ep)
+    cpu0 = time.process_time()
+    results, wall = await run_requests(session, ep, prompt, count=requests, concurrency=concurrency,
+                                       max_tokens=max_tokens, temperature=0.0, timeout_s=600.0, ignore_eos=True)
+    cpu = time.process_time() - cpu0
+    after = await counters.read_settled(session, ep)
+    fig = repeat_figures(results, wall, counters.delta(before, after))
+    e2e = stats.mean([r.latency_s * 1000.0 for r in results if r.ok])
+    ttft = stats.mean([r.ttft_s * 1000.0 for r in results if r.ok and r.ttft_s is not None])
+    engine_e2e, engine_ttft = engine_ms(before, after)
     return {
-        "client_tps": tps,
-        "engine_tps": engine_tps,
-        "ratio": tps / engine_tps if engine_tps else None,
-        "client_tokens": res["total_output_tokens"],
-        "engine_tokens": delta.generation_tokens,
-        "completed": res["completed"],
-        "duration_s": res["duration"],
-        "ttft_ms_p50": res["median_ttft_ms"],
-        "itl_ms_p50": res["median_itl_ms"],
-        "accept_length_reported": res.get("accept_length"),
+        "tps": fig["output_tps"], "ttft_ms_p50": fig["ttft_ms"]["p50"], "itl_token_ms_p50": fig["itl_token_ms"]["p50"],
+        "itl_chunk_ms_p50": fig["itl_chunk_ms"]["p50"], "cpu_pct": 100.0 * cpu / float(fig["wall_s"]),
+        "errors": fig["errors"], "e2e_ms": e2e, "engine_e2e_ms": engine_e2e, "ttft_ms_mean": ttft,
+        "engine_ttft_ms": engine_ttft, "client_engine_e2e": _ratio(e2e, engine_e2e),
+        "client_engine_ttft": _ratio(ttft, engine_ttft),
     }
 
 
-async def compare(args: argparse.Namespace, url: str, venv: Path, work: Path) -> dict[str, list[dict[str, Any]]]:
+async def run_aiperf(
+    session: aiohttp.ClientSession, ep: Endpoint, *, venv: Path, work: Path, concurrency: int, requests: int,
+    max_tokens: int, tag: str,
+) -> dict[str, Any]:
+    await flush_cache(session, ep)
+    before = await counters.read_settled(session, ep)
+    out = work / f"aiperf-{tag}"
+    cmd = [
+        "taskset", "-c", "1", str(venv / "bin" / "aiperf"), "profile", "--model", "default", "--url", ep.base_url,
+        "--endpoint-type", "chat", "--streaming", "--tokenizer", str(work / "tokenizer"),
+        "--input-file", str(work / "prompts.jsonl"), "--custom-dataset-type", "single_turn",
+        "--concurrency", str(concurrency), "--request-count", str(requests), "--warmup-request-count", "1",
+        "--extra-inputs", f"max_tokens:{max_tokens}", "--extra-inputs", "ignore_eos:true", "--use-legacy-max-tokens",
+        "--use-server-token-count", "--output-artifact-dir", str(out), "--no-auto-plot",
+    ]
+    # (HF_HUB_OFFLINE would make aiperf 0.13.0 take the local tokenizer directory for a hub repo id)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.STDOUT, env=env)
+    sampler = TreeCpu(proc.pid)
+    output, _ = await proc.communicate()
+    sampler.close()
+    after = await counters.read_settled(session, ep)
+    export = out / "profile_export_aiperf.json"
+    if proc.returncode != 0 or not export.exists():
+        tail = output.decode(errors="replace").strip().splitlines()[-5:]
+        raise RuntimeError(f"aiperf exited {proc.returncode}: " + " | ".join(tail))
+    doc = json.loads(export.read_text())
+    t0 = datetime.datetime.fromisoformat(doc["start_time"]).timestamp()
+    t1 = datetime.datetime.fromisoformat(doc["end_time"]).timestamp()
+    cpu = sampler.between(t0, t1)
+    e2e = float(doc["request_latency"]["avg"])
+    ttft = float(doc["time_to_first_token"]["avg"])
+    engine_e2e, engine_ttft = engine_ms(before, after)
+    return {
+        "tps": float(doc["output_token_throughput"]["avg"]), "ttft_ms_p50": float(doc["time_to_first_token"]["p50"]),
+        "itl_token_ms_p50": float(doc["inter_token_latency"]["p50"]),
+        "itl_chunk_ms_p50": float(doc["inter_chunk_latency"]["p50"]),
+        "cpu_pct": None if cpu is None else 100.0 * cpu / max(t1 - t0, 1e-9),
+        "errors": int((doc.get("error_request_count") or {}).get("avg") or 0), "e2e_ms": e2e,
+        "engine_e2e_ms": engine_e2e, "ttft_ms_mean": ttft, "engine_ttft_ms": engine_ttft,
+        "client_engine_e2e": _ratio(e2e, engine_e2e), "client_engine_ttft": _ratio(ttft, engine_ttft),
+    }
+
+
+async def compare(args: argparse.Namespace, url: str, venv: Path, work: Path) -> dict[str, Any]:
     ep = Endpoint(url)
-    rows: dict[str, list[dict[str, Any]]] = {"repro_py.bench": [], "sglang bench_serving": []}
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=args.concurrency + 8)) as session:
-        prompt = await prepare(session, ep, args.context, args.concurrency)
-        write_dataset(prompt, args.requests, work / "prompts.jsonl")
-        words = sorted({w for i in range(args.requests) for w in prompt.text(i).split()})
-        writer = await asyncio.create_subprocess_exec(
-            str(venv / "bin" / "python"), "-c", TOKENIZER_WRITER, str(work / "tokenizer"), json.dumps(words))
-        if await writer.wait() != 0:
-            raise RuntimeError("writing the peer's tokenizer failed")
-        (work / "peer_runner.py").write_text(RUNNER, encoding="utf-8")
-        for i in range(args.repeats):
-            mine = await measure_repeat(session, ep, prompt, concurrency=args.concurrency, requests=args.requests,
-                                        max_tokens=args.max_tokens)
-            rows["repro_py.bench"].append(mine)
-            peer = await run_peer(session, ep, venv=venv, work=work, args=args, index=i)
-            rows["sglang bench_serving"].append(peer)
-            print(f"  run {i}: repro_py.bench {mine['client_tps']:.1f} tok/s (engine {mine['engine_tps']:.1f}), "
-                  f"bench_serving {peer['client_tps']:.1f} tok/s (engine {peer['engine_tps']:.1f}, "
-                  f"{peer['completed']}/{args.requests} completed)", flush=True)
-    return rows
+    runs: dict[str, Any] = {}
+    biggest = max(c for _, c in args.cells)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=biggest + 8)) as session:
+        for context, concurrency in args.cells:
+            requests = args.requests_per_cell * concurrency
+            prompt = await prepare(session, ep, context, concurrency)
+            with (work / "prompts.jsonl").open("w", encoding="utf-8") as fh:
+                for i in range(requests + 1):
+                    fh.write(json.dumps({"text": prompt.text(i)}) + "\n")
+            cell = runs.setdefault(f"{context}x{concurrency}", {"ours": [], "aiperf": []})
+            for rep in range(args.repeats):
+                ours = await run_ours(session, ep, prompt, concurrency=concurrency, requests=requests,
+                                      max_tokens=args.max_tokens)
+                peer = await run_aiperf(session, ep, venv=venv, work=work, concurrency=concurrency, requests=requests,
+                                        max_tokens=args.max_tokens, tag=f"{context}x{concurrency}-{rep}")
+                cell["ours"].append(ours)
+                cell["aiperf"].append(peer)
+                print(f"  ctx {context} C {concurrency} run {rep}: ours {ours['tps']:.0f} tok/s "
+                      f"({ours['cpu_pct']:.0f}% CPU), aiperf {peer['tps']:.0f} tok/s "
+                      f"({_num(peer['cpu_pct'])}% CPU), errors {ours['errors']}/{peer['errors']}", flush=True)
+    return runs
 
 
-def med(rows: list[dict[str, Any]], key: str) -> float | None:
+def _num(value: float | None, spec: str = ".0f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _med(rows: list[dict[str, Any]], key: str) -> float | None:
     return stats.median([float(r[key]) for r in rows if r.get(key) is not None])
+
+
+def table(runs: dict[str, Any]) -> list[str]:
+    keys = (("tps", "tok/s", ".0f"), ("ttft_ms_p50", "TTFT p50 ms", ".1f"),
+            ("itl_token_ms_p50", "ITL/token p50 ms", ".2f"), ("cpu_pct", "client CPU %", ".0f"))
+    lines = ["| cell (ctx x C) | " + " | ".join(f"{h}: ours / AIPerf (ratio)" for _, h, _ in keys)
+             + " | client/engine mean e2e: ours / AIPerf | client/engine mean TTFT: ours / AIPerf |",
+             "|---|" + "---|" * (len(keys) + 2)]
+    for name, cell in runs.items():
+        parts = []
+        for key, _, spec in keys:
+            a, b = _med(cell["ours"], key), _med(cell["aiperf"], key)
+            ratio = a / b if a is not None and b else None
+            parts.append(f"{_num(a, spec)} / {_num(b, spec)} ({_num(ratio, '.3f')})")
+        for key in ("client_engine_e2e", "client_engine_ttft"):
+            a, b = _med(cell["ours"], key), _med(cell["aiperf"], key)
+            parts.append(f"{_num(a, '.3f')} / {_num(b, '.3f')}")
+        lines.append(f"| {name} | " + " | ".join(parts) + " |")
+    return lines
+
+
+def cell_list(text: str) -> list[tuple[int, int]]:
+    try:
+        cells = [tuple(int(x) for x in part.split("x")) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give cells as CONTEXTxCONCURRENCY,..., e.g. 1024x8,1024x64") from None
+    if not cells or any(len(c) != 2 or min(c) < 1 for c in cells):
+        raise argparse.ArgumentTypeError(f"{text!r}: give cells as CONTEXTxCONCURRENCY,..., e.g. 1024x8,1024x64")
+    return [(c[0], c[1]) for c in cells]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--sim-speed", type=float, default=4.0)
-    p.add_argument("--concurrency", type=int, default=64)
-    p.add_argument("--context", type=int, default=1024)
+    p.add_argument("--cells", type=cell_list, default=cell_list("1024x8,1024x64"))
+    p.add_argument("--requests-per-cell", type=int, default=2, help="requests per run, in multiples of concurrency")
     p.add_argument("--max-tokens", type=int, default=512)
-    p.add_argument("--requests", type=int, default=128)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--sim-speed", type=float, default=4.0)
     p.add_argument("--peer-venv", type=Path, default=DEFAULT_VENV)
-    p.add_argument("--no-build", action="store_true", help="do not build the peer venv when it is missing")
+    p.add_argument("--no-build", action="store_true", help="do not install AIPerf when it is missing")
     p.add_argument("--json", type=Path, default=None)
     return p.parse_args(argv)
 
@@ -230,32 +318,25 @@ def main(argv: list[str] | None = None) -> int:
     client_cpu = pin(0, 1)
     with tempfile.TemporaryDirectory(prefix="bench-peer-") as tmp:
         work = Path(tmp)
+        subprocess.run([str(venv / "bin" / "python"), "-c", TOKENIZER_WRITER, str(work / "tokenizer")], check=True)
         eng, engine_cpu = start_pinned_engine(args.sim_speed, work / "models")
         try:
             print(f"engine pid {eng.pid} ({engine_cpu}); clients on {client_cpu}; SIMULATED engine, "
-                  f"sim_speed={args.sim_speed:g}; peer: sglang.benchmark.serving 0.5.23 from {venv}")
-            print(f"cell: context {args.context}, concurrency {args.concurrency}, {args.requests} requests x "
-                  f"max_tokens {args.max_tokens} (ignore_eos, temperature 0, streaming chat), {args.repeats} runs each")
-            rows = asyncio.run(compare(args, eng.url, venv, work))
+                  f"sim_speed={args.sim_speed:g}; peer {PEER} from {venv}")
+            print(f"cells {', '.join(f'{c}x{n}' for c, n in args.cells)}: {args.requests_per_cell} x concurrency "
+                  f"requests x max_tokens {args.max_tokens} (ignore_eos, temperature 0, streaming chat), "
+                  f"{args.repeats} runs of each client, alternating")
+            runs = asyncio.run(compare(args, eng.url, venv, work))
         except RuntimeError as exc:
             print(f"PEER FAILED: {exc}")
             return 1
         finally:
             eng.stop()
-    summary = {
-        name: {k: med(r, k) for k in ("client_tps", "engine_tps", "ratio", "ttft_ms_p50", "itl_ms_p50")}
-        for name, r in rows.items()
-    }
-    for name, s in summary.items():
-        print(f"median {name:22s}: {s['client_tps']:.1f} tok/s | engine counter {s['engine_tps']:.1f} tok/s | "
-              f"client/engine {s['ratio']:.4f} | TTFT p50 {s['ttft_ms_p50']:.1f} ms | ITL p50 {s['itl_ms_p50']:.2f} ms")
-    a, b = summary["repro_py.bench"]["client_tps"], summary["sglang bench_serving"]["client_tps"]
-    if a and b:
-        print(f"ratio repro_py.bench / bench_serving (aggregate output tok/s): {a / b:.4f} "
-              f"(sim_speed {args.sim_speed:g})")
+    print(f"\nmedians over {args.repeats} runs (SIMULATED engine, sim_speed {args.sim_speed:g}); ratio = ours / AIPerf")
+    print("\n".join(table(runs)))
     if args.json:
-        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "runs": rows,
-                                         "median": summary}, indent=2) + "\n")
+        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "runs": runs},
+                                        indent=2) + "\n")
     return 0
 
 

@@ -1,9 +1,11 @@
 """Command line of the benchmark: ``python -m repro_py.bench --url URL [...]``.
 
 Runs the matrix against a running server, prints a table and, with ``--out``,
-writes the result JSON atomically. Exit codes: 0 every cell ran or was skipped
-with a reason; 1 a cell failed or the server could not be reached; 2 bad
-arguments; 130 interrupted.
+writes the result JSON atomically. Exit codes (``repro_py.exitcodes``): 0
+(``OK``) every cell ran with no failed repeat, or was skipped with a reason;
+1 (``FAILURE``) a cell failed (a failed repeat, the server stopped answering,
+the prompt check) or the server could not be reached; 2 (``USAGE``) bad
+arguments; 130 (``INTERRUPTED``) interrupted.
 """
 
 from __future__ import annotations
@@ -55,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="requests per repeat (default: the cell's concurrency)")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default: 0)")
     p.add_argument("--timeout", type=float, default=600.0, help="per-request timeout in seconds (default: 600)")
+    p.add_argument("--error-budget", type=int, default=0,
+                   help="failed requests a repeat may have and still count (default: 0; a repeat over it is "
+                        "failed and left out of every figure)")
     p.add_argument("--ignore-eos", action="store_true",
                    help="ask the server to ignore EOS so every request generates max_tokens (sglang extension)")
     p.add_argument("--no-flush", action="store_true", help="do not POST /flush_cache between cells and repeats")
@@ -77,25 +82,30 @@ def render_table(result: dict[str, Any], console: Console) -> None:
     if engine.get("kind") == "simulated":
         title += f"\n{sim_note([engine.get('sim_speed')])}"
     table = Table(title=title)
-    for col in ("ctx", "C", "status", "tok/s", "CV", "tok/s/req", "TTFT p50/p99 ms", "ITL p50/p99 ms",
-                "accept (steps)", "errors", "note"):
+    for col in ("ctx", "C", "status", "tok/s", "CV", "tok/s/req", "TTFT p50/p99 ms", "ITL/chunk p50/p99 ms",
+                "ITL/token p50/p99 ms", "client/engine e2e", "accept (steps)", "repeats ok", "errors", "note"):
         table.add_column(col)
     for cell in result["cells"]:
         med = cell.get("median") or {}
         cv = (cell.get("cv") or {}).get("output_tps")
         ttft = med.get("ttft_ms") or {}
-        itl = med.get("itl_ms") or {}
+        itl = med.get("itl_chunk_ms") or {}
+        itl_token = med.get("itl_token_ms") or {}
+        ratio = (med.get("timing_ratio") or {}).get("e2e_mean_ms")
         accept = med.get("accept_length")
         accept_txt = f"{accept:.2f} ({med.get('verify_steps')})" if accept is not None else "-"
         note = cell.get("reason") or med.get("accept_length_reason") or ""
         if cell.get("noisy"):
             note = ("NOISY " + note).strip()
-        status_style = {"ok": "green", "skipped": "yellow", "error": "red"}.get(cell["status"], "")
+        status_style = {"ok": "green", "skipped": "yellow", "failed": "red"}.get(cell["status"], "")
+        repeats = cell.get("repeats") or []
         table.add_row(
             str(cell["context"]), str(cell["concurrency"]), f"[{status_style}]{cell['status']}[/]",
             _fmt(med.get("output_tps")), _fmt(cv, ".3f"), _fmt(med.get("output_tps_per_request")),
             f"{_fmt(ttft.get('p50'))}/{_fmt(ttft.get('p99'))}", f"{_fmt(itl.get('p50'))}/{_fmt(itl.get('p99'))}",
-            accept_txt, _fmt(med.get("errors"), "d"), note,
+            f"{_fmt(itl_token.get('p50'), '.2f')}/{_fmt(itl_token.get('p99'), '.2f')}", _fmt(ratio, ".3f"),
+            accept_txt, f"{cell.get('repeats_ok', 0)}/{len(repeats)}" if repeats else "-",
+            _fmt(cell.get("errors"), "d"), note,
         )
     console.print(table)
 
@@ -111,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
             contexts=args.contexts, concurrency=args.concurrency, repeats=args.repeats, max_tokens=args.max_tokens,
             warmup=args.warmup, cv_threshold=args.cv_threshold, requests_per_cell=args.requests_per_cell,
             temperature=args.temperature, request_timeout_s=args.timeout, flush_cache=not args.no_flush,
-            ignore_eos=args.ignore_eos,
+            ignore_eos=args.ignore_eos, error_budget=args.error_budget,
         )
     except ValueError as exc:
         print(f"bench: {exc}", file=sys.stderr)
@@ -143,4 +153,11 @@ def main(argv: list[str] | None = None) -> int:
     if result["engine"].get("kind") is None:
         print(f"bench: server unreachable: {result['engine'].get('server_info_error')}", file=sys.stderr)
         return int(ExitCode.FAILURE)
-    return int(ExitCode.OK if all(cell_ok(c) for c in result["cells"]) else ExitCode.FAILURE)
+    if result.get("server_lost"):
+        print(f"bench: {result['server_lost']}", file=sys.stderr)
+    failed = [c for c in result["cells"] if not cell_ok(c)]
+    if failed:
+        print(f"bench: {len(failed)}/{len(result['cells'])} cells failed; first: context={failed[0]['context']} "
+              f"concurrency={failed[0]['concurrency']}: {failed[0]['reason']}", file=sys.stderr)
+        return int(ExitCode.FAILURE)
+    return int(ExitCode.OK)

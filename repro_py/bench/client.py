@@ -1,13 +1,21 @@
 """One streaming chat completion, timed.
 
 Time to first token (TTFT) is measured to the first chunk that carries text
-(reasoning or content); the role-only opening chunk does not count. Inter-token
-latency (ITL) is the gap between successive text-carrying chunks: with
-speculative decoding one chunk may carry several tokens, so these are
-inter-chunk gaps, and the per-request decode rate is reported separately as
-output tokens per second. Output and prompt token counts come from the
-server's ``usage`` (requested with ``stream_options.include_usage``), never
-from counting chunks.
+(reasoning or content); the role-only opening chunk does not count. Two
+inter-token latencies are kept, labelled by what they divide:
+
+- per chunk (``itl_s``): the gaps between successive text-carrying chunks. With
+  speculative decoding one chunk carries several tokens, so these are
+  inter-chunk gaps;
+- per token (``itl_token_s``): (last text chunk - first text chunk) /
+  (completion tokens - 1), the request's time per output token as sglang's
+  ``request_time_per_output_token`` histogram, AIPerf and guidellm define it.
+
+Output and prompt token counts come from the server's ``usage`` (requested
+with ``stream_options.include_usage``), never from counting chunks. A request
+counts as finished normally only with ``finish_reason`` ``stop`` or ``length``;
+``abort`` (or anything else), an error event, a timeout, a missing usage chunk
+or ``[DONE]`` makes it a failed request, whose tokens count nowhere.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import aiohttp
 from repro_py.endpoint import Endpoint
 
 CHAT_PATH = "/v1/chat/completions"
+NORMAL_FINISH = ("stop", "length")
 
 
 @dataclasses.dataclass
@@ -32,6 +41,8 @@ class RequestResult:
     end: float = 0.0
     ttft_s: float | None = None
     itl_s: list[float] = dataclasses.field(default_factory=list)
+    first_text_at: float | None = None
+    last_text_at: float | None = None
     output_tokens: int | None = None
     prompt_tokens: int | None = None
     finish_reason: str | None = None
@@ -43,6 +54,13 @@ class RequestResult:
     @property
     def latency_s(self) -> float:
         return self.end - self.start
+
+    @property
+    def itl_token_s(self) -> float | None:
+        """Time per output token after the first: (last text chunk - first) / (completion tokens - 1)."""
+        if self.first_text_at is None or self.last_text_at is None or not self.output_tokens or self.output_tokens < 2:
+            return None
+        return (self.last_text_at - self.first_text_at) / (self.output_tokens - 1)
 
     @property
     def output_tps(self) -> float | None:
@@ -101,7 +119,6 @@ async def stream_chat(
     headers = endpoint.headers(json_body=True)
     clock = time.perf_counter
     res.start = clock()
-    last_text_at: float | None = None
     usage_seen = False
     done_seen = False
     try:
@@ -149,11 +166,12 @@ async def stream_chat(
                             res.reasoning += rtext
                     if got_text:
                         now = clock()
-                        if last_text_at is None:
+                        if res.last_text_at is None:
                             res.ttft_s = now - res.start
+                            res.first_text_at = now
                         else:
-                            res.itl_s.append(now - last_text_at)
-                        last_text_at = now
+                            res.itl_s.append(now - res.last_text_at)
+                        res.last_text_at = now
                     finish = choice.get("finish_reason")
                     if finish:
                         res.finish_reason = str(finish)
@@ -171,6 +189,11 @@ async def stream_chat(
             res.error = "stream ended without data: [DONE]"
         elif res.finish_reason is None:
             res.error = "stream ended without a finish_reason"
+        elif res.finish_reason not in NORMAL_FINISH:
+            res.error = (
+                f"finish_reason {res.finish_reason!r}: the server ended the generation abnormally "
+                f"({res.output_tokens} tokens out); only {' or '.join(NORMAL_FINISH)} count"
+            )
         else:
             res.ok = True
     return res

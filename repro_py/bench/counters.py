@@ -28,8 +28,18 @@ VERIFY_CALLS = "sglang:spec_verify_calls_total"
 NUM_REQUESTS = "sglang:num_requests_total"
 ACCEPT_GAUGE = "sglang:spec_accept_length"
 GEN_THROUGHPUT_GAUGE = "sglang:gen_throughput"
+ABORTED = "sglang:num_aborted_requests_total"
+# the engine's own latency histograms (tokenizer collector), read as _sum / _count
+E2E_HIST = "sglang:e2e_request_latency_seconds"
+TTFT_HIST = "sglang:time_to_first_token_seconds"
+TPOT_HIST = "sglang:request_time_per_output_token_seconds"
+ITL_HIST = "sglang:inter_token_latency_seconds"
+HISTOGRAMS = (E2E_HIST, TTFT_HIST, TPOT_HIST, ITL_HIST)
 RANK_LABELS = frozenset({"tp_rank", "pp_rank", "moe_ep_rank", "attn_tp_rank", "attn_cp_rank"})
-WANTED = (GEN_TOKENS, PROMPT_TOKENS, VERIFY_CALLS, NUM_REQUESTS, ACCEPT_GAUGE, GEN_THROUGHPUT_GAUGE)
+WANTED = (
+    GEN_TOKENS, PROMPT_TOKENS, VERIFY_CALLS, NUM_REQUESTS, ACCEPT_GAUGE, GEN_THROUGHPUT_GAUGE, ABORTED,
+    *(f"{h}{suffix}" for h in HISTOGRAMS for suffix in ("_sum", "_count")),
+)
 
 
 class PromParseError(ValueError):
@@ -185,6 +195,22 @@ async def read_settled(
 
 
 @dataclasses.dataclass(frozen=True)
+class EngineTiming:
+    """The engine's own latency figures over an interval: histogram ``_sum`` / ``_count`` deltas."""
+
+    requests: int | None  # finished requests the engine timed (e2e histogram count)
+    e2e_mean_s: float | None
+    ttft_mean_s: float | None
+    itl_token_mean_s: float | None  # request_time_per_output_token: per request, then averaged
+    itl_token_pooled_s: float | None  # inter_token_latency: decode time over tokens, pooled
+    e2e_sum_s: float | None
+    reason: str | None  # why figures are missing
+
+    def as_dict(self) -> dict[str, object]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
 class CounterDelta:
     """What the server counted between two snapshots."""
 
@@ -194,6 +220,9 @@ class CounterDelta:
     requests: int | None
     accept_length: float | None
     accept_length_reason: str | None
+    aborted: int | None = None
+    went_backwards: bool = False
+    timing: EngineTiming | None = None
 
     def as_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
@@ -204,6 +233,41 @@ def _diff(before: CounterSnapshot, after: CounterSnapshot, name: str) -> int | N
     if a is None or b is None:
         return None
     return round(b - a)
+
+
+def _fdiff(before: CounterSnapshot, after: CounterSnapshot, name: str) -> float | None:
+    a, b = before.get(name), after.get(name)
+    if a is None or b is None:
+        return None
+    return b - a
+
+
+def engine_timing(before: CounterSnapshot, after: CounterSnapshot) -> EngineTiming:
+    """Mean latencies the engine measured itself over the interval (independent of the client's clock)."""
+
+    def mean(hist: str) -> float | None:
+        total, count = _fdiff(before, after, hist + "_sum"), _fdiff(before, after, hist + "_count")
+        if total is None or count is None or count <= 0 or total < 0:
+            return None
+        return total / count
+
+    reason: str | None = None
+    if before.error or after.error:
+        reason = before.error or after.error
+    elif after.get(E2E_HIST + "_count") is None:
+        reason = f"{E2E_HIST} is absent from /metrics"
+    count = _diff(before, after, E2E_HIST + "_count")
+    if reason is None and (count is None or count <= 0):
+        reason = f"{E2E_HIST} did not move across the interval"
+    return EngineTiming(
+        requests=count,
+        e2e_mean_s=mean(E2E_HIST),
+        ttft_mean_s=mean(TTFT_HIST),
+        itl_token_mean_s=mean(TPOT_HIST),
+        itl_token_pooled_s=mean(ITL_HIST),
+        e2e_sum_s=_fdiff(before, after, E2E_HIST + "_sum"),
+        reason=reason,
+    )
 
 
 def delta(before: CounterSnapshot, after: CounterSnapshot) -> CounterDelta:
@@ -224,11 +288,16 @@ def delta(before: CounterSnapshot, after: CounterSnapshot) -> CounterDelta:
         reason = f"{VERIFY_CALLS} did not move across the interval (no verify steps)"
     else:
         accept = gen / verify
+    requests = _diff(before, after, NUM_REQUESTS)
+    backwards = any(d is not None and d < 0 for d in (gen, verify, requests))
     return CounterDelta(
         generation_tokens=gen,
         prompt_tokens=_diff(before, after, PROMPT_TOKENS),
         verify_steps=verify,
-        requests=_diff(before, after, NUM_REQUESTS),
+        requests=requests,
         accept_length=accept,
         accept_length_reason=reason,
+        aborted=_diff(before, after, ABORTED),
+        went_backwards=backwards,
+        timing=engine_timing(before, after),
     )

@@ -8,8 +8,15 @@ requests through ``concurrency`` workers, read the counters again. A repeat's
 aggregate throughput is the server-reported output tokens of its successful
 requests over the wall time from the first request sent to the last one
 finished. Acceptance length is the counter delta ratio pooled over the
-repeats. The cell's figures are medians over repeats, with the coefficient of
-variation of aggregate throughput; a CV above the threshold marks it noisy.
+repeats. The cell's figures are medians over its ``ok`` repeats, with the
+coefficient of variation of aggregate throughput; a CV above the threshold
+marks it noisy.
+
+A failure is never a measurement: a repeat with more failed requests than the
+error budget (default 0) is ``failed`` and left out of every figure, and a
+cell with any failed repeat is ``failed`` with the reasons. When a repeat
+fails and the server no longer answers, the cell ends at once
+(``server_lost``) and the cells after it are not run.
 """
 
 from __future__ import annotations
@@ -18,14 +25,14 @@ import asyncio
 import dataclasses
 import datetime
 import time
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 
-from repro_py.bench import counters, stats
+from repro_py.bench import counters
 from repro_py.bench.client import RequestResult, stream_chat
+from repro_py.bench.figures import repeat_figures, summarize_cell
 from repro_py.bench.prompts import BuiltPrompt, PromptBuilder, PromptError, check_prompt_tokens, prompt_tolerance
 from repro_py.bench.server_info import ServerInfo, ServerInfoError, fetch_server_info
 from repro_py.endpoint import Endpoint
@@ -50,6 +57,7 @@ class BenchSettings:
     prompt_rel_tol: float = 0.02
     flush_cache: bool = True
     ignore_eos: bool = False  # sglang extension: generate exactly max_tokens (no early EOS)
+    error_budget: int = 0  # failed requests a repeat may have and still count
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -69,6 +77,8 @@ class BenchSettings:
             problems.append(f"requests_per_cell={self.requests_per_cell} must be >= 1")
         if self.request_timeout_s <= 0:
             problems.append(f"request_timeout_s={self.request_timeout_s} must be > 0")
+        if self.error_budget < 0:
+            problems.append(f"error_budget={self.error_budget} must be >= 0 (failed requests a repeat may have)")
         if problems:
             raise ValueError("; ".join(problems))
 
@@ -172,83 +182,6 @@ async def run_requests(
     return done, wall
 
 
-def repeat_figures(results: list[RequestResult], wall_s: float, delta: counters.CounterDelta) -> dict[str, Any]:
-    ok = [r for r in results if r.ok]
-    errors = [r for r in results if not r.ok]
-    out_tokens = sum(r.output_tokens or 0 for r in ok)
-    if ok:
-        first = min(r.start for r in ok)
-        last = max(r.end for r in ok)
-        span = max(last - first, 1e-9)
-    else:
-        span = wall_s
-    per_request = [t for t in (r.output_tps for r in ok) if t is not None]
-    ttft = [r.ttft_s * 1000.0 for r in ok if r.ttft_s is not None]
-    itl = [gap * 1000.0 for r in ok for gap in r.itl_s]
-    prompt_counts = [r.prompt_tokens for r in ok if r.prompt_tokens is not None]
-    engine_tps = (
-        delta.generation_tokens / span if delta.generation_tokens is not None and span > 0 else None
-    )
-    return {
-        "requests": len(results),
-        "ok": len(ok),
-        "errors": len(errors),
-        "error_samples": sorted({r.error or "?" for r in errors})[:3],
-        "wall_s": span,
-        "output_tokens": out_tokens,
-        "output_tps": out_tokens / span if ok else 0.0,
-        "output_tps_per_request": stats.mean(per_request),
-        "ttft_ms": stats.percentiles(ttft),
-        "itl_ms": stats.percentiles(itl),
-        "finish_reasons": dict(Counter(r.finish_reason or "none" for r in ok)),
-        "prompt_tokens": {"min": min(prompt_counts), "max": max(prompt_counts)} if prompt_counts else None,
-        "accept_length": delta.accept_length,
-        "verify_steps": delta.verify_steps,
-        "counters": delta.as_dict(),
-        "engine_output_tps": engine_tps,
-    }
-
-
-def summarize_cell(
-    repeats: list[dict[str, Any]], deltas: list[counters.CounterDelta], cv_threshold: float
-) -> dict[str, Any]:
-    """Median figures over repeats, pooled acceptance, CV and the noisy flag."""
-    tps = [float(r["output_tps"]) for r in repeats]
-    per_req = [float(r["output_tps_per_request"]) for r in repeats if r["output_tps_per_request"] is not None]
-    gen = [d.generation_tokens for d in deltas]
-    ver = [d.verify_steps for d in deltas]
-    accept: float | None = None
-    verify_total: int | None = None
-    accept_reason: str | None = None
-    if all(d.accept_length is not None for d in deltas) and deltas:
-        gen_total = sum(g or 0 for g in gen)
-        verify_total = sum(v or 0 for v in ver)
-        accept = gen_total / verify_total if verify_total else None
-    else:
-        reasons = [d.accept_length_reason for d in deltas if d.accept_length_reason]
-        accept_reason = reasons[0] if reasons else "no measured repeats"
-        if all(v is not None for v in ver) and deltas:
-            verify_total = sum(v or 0 for v in ver)
-    cv_tps = stats.cv(tps)
-    median = {
-        "output_tps": stats.median(tps),
-        "output_tps_per_request": stats.median(per_req),
-        "ttft_ms": stats.median_of_dicts([r["ttft_ms"] for r in repeats]),
-        "itl_ms": stats.median_of_dicts([r["itl_ms"] for r in repeats]),
-        "accept_length": accept,
-        "accept_length_reason": accept_reason,
-        "verify_steps": verify_total,
-        "errors": sum(int(r["errors"]) for r in repeats),
-        "requests": sum(int(r["requests"]) for r in repeats),
-        "engine_output_tps": stats.median([float(r["engine_output_tps"]) for r in repeats if r["engine_output_tps"]]),
-    }
-    return {
-        "median": median,
-        "cv": {"output_tps": cv_tps},
-        "noisy": cv_tps is not None and cv_tps > cv_threshold,
-    }
-
-
 def _empty_cell(context: int, concurrency: int, status: str, reason: str | None) -> dict[str, Any]:
     return {
         "context": context,
@@ -259,7 +192,23 @@ def _empty_cell(context: int, concurrency: int, status: str, reason: str | None)
         "median": None,
         "cv": {"output_tps": None},
         "noisy": False,
+        "repeats_ok": 0,
+        "repeats_failed": [],
+        "errors": 0,
+        "requests": 0,
     }
+
+
+async def probe_server(session: aiohttp.ClientSession, endpoint: Endpoint, *, timeout_s: float = 10.0) -> str | None:
+    """``None`` when the server still answers HTTP (``GET /v1/models``), else why not."""
+    try:
+        async with session.get(
+            endpoint.url("/v1/models"), headers=endpoint.headers(), timeout=aiohttp.ClientTimeout(total=timeout_s)
+        ) as resp:
+            await resp.read()
+            return None if resp.status < 500 else f"GET /v1/models returned HTTP {resp.status}"
+    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        return f"GET /v1/models failed: {type(exc).__name__}: {exc}"
 
 
 async def run_cell(
@@ -283,11 +232,11 @@ async def run_cell(
     try:
         prompt = await builder.build(context, seed=context)
     except (PromptError, aiohttp.ClientError, TimeoutError) as exc:
-        return _empty_cell(context, concurrency, "error", f"prompt of {context} tokens could not be built: {exc}")
+        return _empty_cell(context, concurrency, "failed", f"prompt of {context} tokens could not be built: {exc}")
     notes: list[str] = []
     tol = prompt_tolerance(context, abs_tol=settings.prompt_abs_tol, rel_tol=settings.prompt_rel_tol)
     if abs(prompt.expected_prompt_tokens - context) > tol:
-        return _empty_cell(context, concurrency, "error", (
+        return _empty_cell(context, concurrency, "failed", (
             f"closest prompt the words allow holds {prompt.expected_prompt_tokens} tokens; requested {context} "
             f"(tolerance {tol})"
         ))
@@ -309,7 +258,8 @@ async def run_cell(
         warm_errors = [r.error or "?" for r in warm if not r.ok]
     repeats: list[dict[str, Any]] = []
     deltas: list[counters.CounterDelta] = []
-    all_results: list[RequestResult] = []
+    counted: list[RequestResult] = []  # the successful requests of ok repeats
+    lost: str | None = None
     for index in range(settings.repeats):
         await flush()
         before = await counters.read_settled(session, endpoint)
@@ -319,11 +269,17 @@ async def run_cell(
         )
         after = await counters.read_settled(session, endpoint)
         delta = counters.delta(before, after)
-        figures = repeat_figures(results, wall, delta)
+        figures = repeat_figures(results, wall, delta, error_budget=settings.error_budget)
         figures["repeat"] = index
         repeats.append(figures)
         deltas.append(delta)
-        all_results.extend(results)
+        if figures["status"] == "ok":
+            counted += [r for r in results if r.ok]
+        else:
+            why_not = await probe_server(session, endpoint)
+            if why_not is not None:
+                lost = f"the server stopped answering during repeat {index}: {figures['reason']}; {why_not}"
+                break
     cell: dict[str, Any] = {
         "context": context,
         "concurrency": concurrency,
@@ -342,18 +298,24 @@ async def run_cell(
         "repeats": repeats,
     }
     cell.update(summarize_cell(repeats, deltas, settings.cv_threshold))
-    ok_results = [r for r in all_results if r.ok]
-    if not ok_results:
-        first_error = next((r.error for r in all_results if r.error), "no request succeeded")
-        cell["status"] = "error"
-        cell["reason"] = f"all {len(all_results)} requests failed; first error: {first_error}"
+    if lost is not None:
+        cell["status"] = "failed"
+        cell["reason"] = lost
+        cell["server_lost"] = True
+        return cell
+    failed = [r for r in repeats if r["status"] != "ok"]
+    if failed:
+        cell["status"] = "failed"
+        cell["reason"] = f"{len(failed)}/{len(repeats)} repeats failed (excluded from every figure): " + "; ".join(
+            f"repeat {r['repeat']}: {r['reason']}" for r in failed
+        )
         return cell
     mismatch = check_prompt_tokens(
-        context, [r.prompt_tokens for r in ok_results if r.prompt_tokens is not None],
+        context, [r.prompt_tokens for r in counted if r.prompt_tokens is not None],
         abs_tol=settings.prompt_abs_tol, rel_tol=settings.prompt_rel_tol,
     )
     if mismatch:
-        cell["status"] = "error"
+        cell["status"] = "failed"
         cell["reason"] = mismatch
     return cell
 
@@ -388,23 +350,34 @@ async def run_matrix(
         engine["metrics_error"] = probe.error
         builder = PromptBuilder(session, endpoint)
         cells: list[dict[str, Any]] = []
+        lost_in: str | None = None
         for context in settings.contexts:
             for concurrency in settings.concurrency:
-                try:
-                    cell = await run_cell(
-                        session, endpoint, settings, builder, info, context=context, concurrency=concurrency
-                    )
-                except (aiohttp.ClientError, TimeoutError) as exc:
-                    cell = _empty_cell(context, concurrency, "error", f"{type(exc).__name__}: {exc}")
+                if lost_in is not None:
+                    why = f"not run: the server stopped answering in {lost_in}"
+                    cell = _empty_cell(context, concurrency, "failed", why)
+                else:
+                    try:
+                        cell = await run_cell(
+                            session, endpoint, settings, builder, info, context=context, concurrency=concurrency
+                        )
+                    except (aiohttp.ClientError, TimeoutError) as exc:
+                        cell = _empty_cell(context, concurrency, "failed", f"{type(exc).__name__}: {exc}")
+                    if cell.get("server_lost"):
+                        lost_in = f"cell context={context} concurrency={concurrency}"
                 cells.append(cell)
                 if progress is not None:
                     progress(cell)
     finally:
         if own:
             await session.close()
+    failed = [c for c in cells if not cell_ok(c)]
     return {
         "settings": {**settings.as_dict(), "url": endpoint.base_url, "model": endpoint.model},
         "engine": engine,
+        "status": "failed" if failed or engine.get("kind") is None else "ok",
+        "failed_cells": len(failed),
+        "server_lost": next((c["reason"] for c in cells if c.get("server_lost")), None),
         "cells": cells,
         "started_at": started.isoformat(timespec="seconds"),
         "wall_s": time.perf_counter() - clock,

@@ -17,7 +17,7 @@ import aiohttp
 
 from repro_py.codeeval.problems import Problem, load_problems
 from repro_py.codeeval.runner import VERDICTS, judge
-from repro_py.codeeval.sandbox import SandboxLimits, network_isolation
+from repro_py.codeeval.sandbox import SandboxLimits, isolation_in_force
 from repro_py.endpoint import Endpoint
 
 DEFAULT_MAX_TOKENS = 1024
@@ -112,7 +112,7 @@ async def run_coding(
         "min_pass_rate": min_pass_rate,
         "max_tokens": max_tokens,
         "counts": {v: counts.get(v, 0) for v in (*VERDICTS, "error")},
-        "isolation": network_isolation()[1],
+        "isolation": isolation_in_force(),
         "problems": list(rows),
         "reason": reason,
     }

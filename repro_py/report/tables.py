@@ -6,6 +6,13 @@ Objective figures per config (medians over repeats, from the bench cells):
 ``aggregate_tps``      aggregate output tok/s at the highest concurrency, shortest context
 ``long_context_tps``   aggregate output tok/s at the lowest concurrency, longest context
 ``accept_length``      counter-derived acceptance length at the single-stream cell
+
+Also at the single-stream cell: TTFT, the inter-token latency both per chunk
+(gaps between text chunks) and per token (time per output token after the
+first), and the client/engine ratio of mean end-to-end latency (the engine's
+own histograms; near 1 means the two clocks agree). A failed cell or repeat
+never gives a figure: ``failed_cells``/``failed_repeats`` count them and
+``failures(result)`` lists each with its reason.
 """
 
 from __future__ import annotations
@@ -42,9 +49,12 @@ CSV_COLUMNS: tuple[str, ...] = (
     "long_context_cv",
     "accept_length",
     "ttft_p50_ms",
-    "itl_p50_ms",
+    "itl_chunk_p50_ms",
+    "itl_token_p50_ms",
+    "client_engine_e2e_ratio",
     "noisy_cells",
-    "error_cells",
+    "failed_cells",
+    "failed_repeats",
     "time_to_ready_s",
     "engine_version",
     "unit_sha256",
@@ -126,6 +136,28 @@ def _cells(result: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [c for c in cells if isinstance(c, dict)]
 
 
+FAILED_CELL = ("failed", "error")  # "error" is how results before the failed/ok rule named a failed cell
+
+
+def failures(result: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every failed cell of a result, with its reason and its failed repeats (each with its reason)."""
+    out: list[dict[str, Any]] = []
+    for cell in _cells(result):
+        repeats = [r for r in cell.get("repeats") or [] if isinstance(r, dict) and r.get("status") == "failed"]
+        if cell.get("status") in FAILED_CELL:
+            out.append({
+                "label": result.get("label"),
+                "context": cell.get("context"),
+                "concurrency": cell.get("concurrency"),
+                "reason": cell.get("reason"),
+                "repeats": [{"repeat": r.get("repeat"), "reason": r.get("reason"), "errors": r.get("errors"),
+                             "requests": r.get("requests")} for r in repeats],
+                "repeats_ok": cell.get("repeats_ok"),
+                "repeats_total": len(cell.get("repeats") or []),
+            })
+    return out
+
+
 def find_cell(result: Mapping[str, Any], context: int | None, concurrency: int | None) -> dict[str, Any] | None:
     for cell in _cells(result):
         if cell.get("context") == context and cell.get("concurrency") == concurrency and cell.get("status") == "ok":
@@ -156,6 +188,18 @@ def _pct(cell: Mapping[str, Any] | None, key: str) -> float | None:
         return None
     block = (cell.get("median") or {}).get(key) or {}
     return _num(block.get("p50")) if isinstance(block, Mapping) else None
+
+
+def _itl_chunk(cell: Mapping[str, Any] | None) -> float | None:
+    """Per-chunk ITL p50 (results before per-token ITL called it ``itl_ms``)."""
+    chunk = _pct(cell, "itl_chunk_ms")
+    return chunk if chunk is not None else _pct(cell, "itl_ms")
+
+
+def _e2e_ratio(cell: Mapping[str, Any] | None) -> float | None:
+    ratio = (cell or {}).get("median") or {}
+    block = ratio.get("timing_ratio") if isinstance(ratio, Mapping) else None
+    return _num(block.get("e2e_mean_ms")) if isinstance(block, Mapping) else None
 
 
 def gates_passed(result: Mapping[str, Any]) -> bool:
@@ -201,9 +245,15 @@ def row(run: Run, result: Mapping[str, Any]) -> dict[str, Any]:
         "long_context_cv": cell_cv(longc),
         "accept_length": cell_figure(single, "accept_length"),
         "ttft_p50_ms": _pct(single, "ttft_ms"),
-        "itl_p50_ms": _pct(single, "itl_ms"),
+        "itl_chunk_p50_ms": _itl_chunk(single),
+        "itl_token_p50_ms": _pct(single, "itl_token_ms"),
+        "client_engine_e2e_ratio": _e2e_ratio(single),
         "noisy_cells": sum(1 for c in cells if c.get("noisy")),
-        "error_cells": sum(1 for c in cells if c.get("status") == "error"),
+        "failed_cells": sum(1 for c in cells if c.get("status") in FAILED_CELL),
+        "failed_repeats": sum(
+            1 for c in cells for r in c.get("repeats") or [] if isinstance(r, dict) and r.get("status") == "failed"
+        ),
+        "cell_failures": failures(result),
         "time_to_ready_s": _num((result.get("reconfigure") or {}).get("time_to_ready_s")),
         "sim_speed": sim_speed(result),
         "engine_version": engine.get("version") or fp.get("sglang_version"),

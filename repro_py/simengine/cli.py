@@ -26,7 +26,10 @@ SGLANG_VERSION = "0.5.23"
 DEFAULT_KV_TOKENS = 400_000  # 64 x (8192 + 512) = 557k does not fit; 64 x (4096 + 512) does
 DFLASH_DEFAULT_MAX_RUNNING = 48  # sglang 0.5.23 resets max_running_requests to 48 for DFLASH
 
-FAULT_HELP = "crash-on-load | never-ready | crash-after:N | oom-above-budget:N | mask-offset"
+FAULT_HELP = (
+    "crash-on-load | never-ready | crash-after:N | oom-above-budget:N | mask-offset | stream-error-after:N | "
+    "abort-after:N | stall-after:N"
+)
 
 
 class CliError(Exception):

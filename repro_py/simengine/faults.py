@@ -6,14 +6,36 @@
 ``oom-above-budget:N``    refuses to start (a CUDA OOM at the end of the load) when the DDTree budget > N
 ``mask-offset``           tree mode with budget+1 != block size: greedy text is garbled from an
                           early position on and acceptance collapses (the bug the mask fix cured)
+``stream-error-after:N``  after N generation requests, each further one fails halfway through its
+                          tokens: a streamed one gets sglang's mid-stream error event, a non-streamed
+                          one a 500 error
+``abort-after:N``         after N generation requests, each further one is aborted halfway through
+                          (``finish_reason: "abort"``, a normal-looking end of stream)
+``stall-after:N``         after N generation requests, each further one stops sending halfway through
+                          and never finishes (the connection stays open)
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-FAULT_NAMES = ("crash-on-load", "never-ready", "crash-after", "oom-above-budget", "mask-offset")
-_WITH_ARG = frozenset({"crash-after", "oom-above-budget"})
+FAULT_NAMES = (
+    "crash-on-load",
+    "never-ready",
+    "crash-after",
+    "oom-above-budget",
+    "mask-offset",
+    "stream-error-after",
+    "abort-after",
+    "stall-after",
+)
+_WITH_ARG = frozenset({"crash-after", "oom-above-budget", "stream-error-after", "abort-after", "stall-after"})
+ALLOWED = (
+    "crash-on-load, never-ready, crash-after:N, oom-above-budget:N, mask-offset, stream-error-after:N, "
+    "abort-after:N, stall-after:N"
+)
+# request faults: name -> what happens to a request past the threshold
+REQUEST_FAULTS = {"stream-error-after": "error", "abort-after": "abort", "stall-after": "stall"}
 
 
 class FaultError(ValueError):
@@ -28,6 +50,18 @@ class Faults:
     crash_after: int | None = None
     oom_above_budget: int | None = None
     mask_offset: bool = False
+    stream_error_after: int | None = None
+    abort_after: int | None = None
+    stall_after: int | None = None
+
+    def request_fault(self, served: int) -> str | None:
+        """What happens to a generation request that arrives after ``served`` others: None, or
+        "error" / "abort" / "stall" (the first fault whose threshold it is past)."""
+        for name, effect in REQUEST_FAULTS.items():
+            threshold = getattr(self, name.replace("-", "_"))
+            if threshold is not None and served >= threshold:
+                return effect
+        return None
 
     def oom_at_load(self, budget: int | None) -> bool:
         return self.oom_above_budget is not None and budget is not None and budget > self.oom_above_budget
@@ -49,10 +83,7 @@ def parse_faults(values: list[str]) -> Faults:
     for raw in values:
         name, sep, arg = raw.strip().partition(":")
         if name not in FAULT_NAMES:
-            raise FaultError(
-                f"--sim-fault {raw!r}: unknown fault {name!r}; allowed: "
-                "crash-on-load, never-ready, crash-after:N, oom-above-budget:N, mask-offset"
-            )
+            raise FaultError(f"--sim-fault {raw!r}: unknown fault {name!r}; allowed: {ALLOWED}")
         if name in _WITH_ARG:
             if not sep or not arg.isdigit():
                 raise FaultError(f"--sim-fault {raw!r}: {name} needs a non-negative integer, e.g. {name}:8")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -10,8 +11,9 @@ from typing import Any
 
 from aiohttp import web
 
-from repro_py.simengine import textgen, tokenizer
-from repro_py.simengine.httputil import BadRequest, crash
+from repro_py.simengine import openai_shapes as shapes
+from repro_py.simengine import textgen, tokenizer, validation
+from repro_py.simengine.httputil import BadRequest, crash, validated_body
 from repro_py.simengine.httputil import json_response as _json
 from repro_py.simengine.httputil import openai_error as _openai_error
 from repro_py.simengine.httputil import read_json as _read_json
@@ -35,6 +37,7 @@ def add_generation_routes(app: web.Application, state: EngineState) -> Callable[
         problem_source: str | None = None,
         internal: bool = False,
     ) -> Request:
+        fault: str | None = None
         if not internal:
             faults = settings.faults
             if faults.crash_after is not None and state.generation_requests >= faults.crash_after:
@@ -42,6 +45,7 @@ def add_generation_routes(app: web.Application, state: EngineState) -> Callable[
                     f"crash-after:{faults.crash_after}: the scheduler died after serving "
                     f"{state.generation_requests} generation requests"
                 )
+            fault = faults.request_fault(state.generation_requests)
             state.generation_requests += 1
         prompt_tokens = tokenizer.count(prompt_key)
         if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
@@ -82,71 +86,45 @@ def add_generation_routes(app: web.Application, state: EngineState) -> Callable[
         req = Request(
             rid=uuid.uuid4().hex, prompt_tokens=prompt_tokens, plan=plan, streaming=streaming, internal=internal
         )
+        if fault is not None:
+            req.fault = fault
+            req.stop_at = max(1, len(plan.pieces) // 2)
         state.scheduler.submit(req)
         return req
 
-    async def chunks(req: Request) -> AsyncIterator[list[str]]:
+    async def chunks(req: Request, request: web.Request) -> AsyncIterator[list[str]]:
+        """The request's token chunks as the scheduler makes them; a stalled request (the stall
+        fault, marked by an empty chunk) yields nothing more and ends when its client goes away."""
         state.in_flight += 1
         try:
             while True:
                 item = await req.queue.get()
                 if item is None:
                     return
+                if not item:
+                    await shapes.wait_disconnect(request)
+                    raise asyncio.CancelledError  # the client gave up on the stalled request
                 yield item
         finally:
             state.in_flight -= 1
             if not req.finished:
-                req.cancelled = True
+                state.scheduler.cancel(req)
 
-    def usage(req: Request, reasoning_tokens: int | None) -> dict[str, Any]:
-        return {
-            "prompt_tokens": req.prompt_tokens,
-            "total_tokens": req.prompt_tokens + req.emitted,
-            "completion_tokens": req.emitted,
-            "prompt_tokens_details": None,
-            "reasoning_tokens": 0,
-            "completion_tokens_details": None if reasoning_tokens is None else {"reasoning_tokens": reasoning_tokens},
-        }
+    def fault_message(req: Request) -> str:
+        return shapes.fault_message(req, settings.faults.specs)
 
-    def finish_reason(req: Request) -> tuple[str, int | str | None]:
-        return req.plan.finish, req.plan.matched_stop
+    def stream_error(req: Request) -> dict[str, Any]:
+        return shapes.stream_error(fault_message(req))
 
-    async def sse_start(request: web.Request) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await resp.prepare(request)
-        return resp
-
-    async def send(resp: web.StreamResponse, data: Any) -> None:
-        await resp.write(b"data: " + (data if isinstance(data, bytes) else json.dumps(data).encode()) + b"\n\n")
-
-    def render_chat(messages: list[Any]) -> tuple[str, str]:
-        parts: list[str] = []
-        last_user = ""
-        for m in messages:
-            if not isinstance(m, dict):
-                raise BadRequest("messages must be a list of objects")
-            content = m.get("content")
-            if isinstance(content, list):
-                content = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-            text = "" if content is None else str(content)
-            role = str(m.get("role", "user"))
-            if role == "user":
-                last_user = text
-            parts.append(f"<|im_{role}|>{role}<|im_middle|>{text}<|im_end|>")
-        parts.append("<|im_assistant|>assistant<|im_middle|>")
-        return "".join(parts), last_user
+    def stream_flags(body: dict[str, Any]) -> tuple[bool, bool]:
+        return shapes.stream_flags(body, include_usage_default=settings.include_usage_default)
 
     async def chat(request: web.Request) -> web.StreamResponse:
-        if request.content_type != "application/json":
-            return _openai_error("Unsupported Media Type: Only 'application/json' is allowed", 400)
-        body = await _read_json(request)
+        body = await validated_body(request, validation.CHAT_PATH)
         if isinstance(body, web.Response):
             return body
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            return _openai_error("messages must be a non-empty list")
         try:
-            prompt_key, last_user = render_chat(messages)
+            prompt_key, last_user = shapes.render_chat(body["messages"])
             kwargs = body.get("chat_template_kwargs") or {}
             thinking = not (isinstance(kwargs, dict) and kwargs.get("thinking") is False)
             max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
@@ -165,13 +143,19 @@ def add_generation_routes(app: web.Application, state: EngineState) -> Callable[
         rid = str(body.get("rid") or req.rid)
         created = int(time.time())
         parse = settings.reasoning_parser is not None
+
+        def reasoning_count(text: str) -> int | None:
+            reasoning = textgen.split_reasoning(text)[0] if parse else None
+            return tokenizer.count(reasoning) if reasoning is not None else None
+
         if not streaming:
-            async for _ in chunks(req):
+            async for _ in chunks(req, request):
                 pass
+            if req.fault == "error" and req.finish_reason == "abort":
+                return _openai_error(fault_message(req), 500, "InternalServerError")
             text = "".join(req.plan.pieces[: req.emitted])
             reasoning, content = textgen.split_reasoning(text) if parse else (None, text)
-            fr, matched = finish_reason(req)
-            r_tokens = tokenizer.count(reasoning) if reasoning is not None else None
+            fr, matched = shapes.finish_reason(req)
             return _json(
                 {
                     "id": rid,
@@ -187,14 +171,18 @@ def add_generation_routes(app: web.Application, state: EngineState) -> Callable[
                             "matched_stop": matched,
                         }
                     ],
-                    "usage": usage(req, r_tokens),
+                    "usage": shapes.usage(req, reasoning_count(text)),
                     "metadata": {"weight_version": "default"},
                 }
             )
-        resp = await sse_start(request)
+        include_usage, continuous = stream_flags(body)
+        resp = await shapes.sse_start(request)
 
-        def chunk(delta: dict[str, Any], fr: str | None = None, matched: int | str | None = None) -> dict[str, Any]:
-            return {
+        def chunk(
+            delta: dict[str, Any], fr: str | None = None, matched: int | str | None = None,
+            running_usage: dict[str, Any] | None = None,
+        ) -> dict[str, Any]:
+            out: dict[str, Any] = {
                 "id": rid,
                 "object": "chat.completion.chunk",
                 "created": created,
@@ -203,32 +191,37 @@ def add_generation_routes(app: web.Application, state: EngineState) -> Callable[
                     {"index": 0, "delta": delta, "logprobs": None, "finish_reason": fr, "matched_stop": matched}
                 ],
             }
+            if running_usage is not None:  # continuous_usage_stats: every text chunk carries the running totals
+                out["usage"] = running_usage
+            return out
 
-        await send(resp, chunk({"reasoning_content": None, "role": "assistant", "content": ""}))
+        await shapes.send(resp, chunk({"reasoning_content": None, "role": "assistant", "content": ""}))
         text = ""
         sent_reasoning = 0
         sent_content = 0
-        async for pieces in chunks(req):
+        async for pieces in chunks(req, request):
             text += "".join(pieces)
+            now = shapes.usage(req, reasoning_count(text), completion_tokens=req.emitted) if continuous else None
             if parse:
                 reasoning, content = textgen.split_reasoning(text)
                 if reasoning is not None and len(reasoning) > sent_reasoning:
-                    await send(resp, chunk({"reasoning_content": reasoning[sent_reasoning:]}))
+                    await shapes.send(resp, chunk({"reasoning_content": reasoning[sent_reasoning:]}, running_usage=now))
                     sent_reasoning = len(reasoning)
                 if len(content) > sent_content:
-                    await send(resp, chunk({"reasoning_content": None, "content": content[sent_content:]}))
+                    await shapes.send(
+                        resp, chunk({"reasoning_content": None, "content": content[sent_content:]}, running_usage=now)
+                    )
                     sent_content = len(content)
             else:
-                await send(resp, chunk({"reasoning_content": None, "content": "".join(pieces)}))
-        fr, matched = finish_reason(req)
-        await send(resp, chunk({"reasoning_content": None}, fr, matched))
-        options = body.get("stream_options") or {}
-        if settings.include_usage_default or (isinstance(options, dict) and options.get("include_usage")):
-            r_tokens = None
-            if parse:
-                reasoning, _ = textgen.split_reasoning(text)
-                r_tokens = tokenizer.count(reasoning) if reasoning is not None else None
-            await send(
+                delta = {"reasoning_content": None, "content": "".join(pieces)}
+                await shapes.send(resp, chunk(delta, running_usage=now))
+        if req.fault == "error" and req.finish_reason == "abort":
+            await shapes.send(resp, stream_error(req))  # sglang: break out, then the usage chunk and [DONE]
+        else:
+            fr, matched = shapes.finish_reason(req)
+            await shapes.send(resp, chunk({"reasoning_content": None}, fr, matched))
+        if include_usage:
+            await shapes.send(
                 resp,
                 {
                     "id": rid,
@@ -236,20 +229,18 @@ def add_generation_routes(app: web.Application, state: EngineState) -> Callable[
                     "created": created,
                     "model": model,
                     "choices": [],
-                    "usage": usage(req, r_tokens),
+                    "usage": shapes.usage(req, reasoning_count(text)),
                 },
             )
-        await send(resp, b"[DONE]")
+        await shapes.send(resp, b"[DONE]")
         await resp.write_eof()
         return resp
 
     async def completions(request: web.Request) -> web.StreamResponse:
-        if request.content_type != "application/json":
-            return _openai_error("Unsupported Media Type: Only 'application/json' is allowed", 400)
-        body = await _read_json(request)
+        body = await validated_body(request, validation.COMPLETIONS_PATH)
         if isinstance(body, web.Response):
             return body
-        prompt = body.get("prompt")
+        prompt = body["prompt"]
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
             prompt = prompt[0]
         if not isinstance(prompt, str):
@@ -262,9 +253,11 @@ def add_generation_routes(app: web.Application, state: EngineState) -> Callable[
         model = body.get("model") or "default"
         created = int(time.time())
         if not streaming:
-            async for _ in chunks(req):
+            async for _ in chunks(req, request):
                 pass
-            fr, matched = finish_reason(req)
+            if req.fault == "error" and req.finish_reason == "abort":
+                return _openai_error(fault_message(req), 500, "InternalServerError")
+            fr, matched = shapes.finish_reason(req)
             return _json(
                 {
                     "id": req.rid,
@@ -280,13 +273,21 @@ def add_generation_routes(app: web.Application, state: EngineState) -> Callable[
                             "matched_stop": matched,
                         }
                     ],
-                    "usage": usage(req, None),
+                    "usage": shapes.usage(req, None),
                     "metadata": {"weight_version": "default"},
                 }
             )
-        resp = await sse_start(request)
-        async for pieces in chunks(req):
-            await send(
+        include_usage, continuous = stream_flags(body)
+        resp = await shapes.sse_start(request)
+        async for pieces in chunks(req, request):
+            last = shapes.is_last(req)
+            if last and req.fault == "error" and req.finish_reason == "abort":
+                await shapes.send(resp, stream_error(req))
+                break
+            end = shapes.finish_reason(req) if last else (None, None)
+            # serving_completions: CompletionStreamResponse.model_dump_json(), so "usage" is always there
+            # (null unless continuous_usage_stats asks for the running totals)
+            await shapes.send(
                 resp,
                 {
                     "id": req.rid,
@@ -294,31 +295,15 @@ def add_generation_routes(app: web.Application, state: EngineState) -> Callable[
                     "created": created,
                     "model": model,
                     "choices": [
-                        {
-                            "index": 0,
-                            "text": "".join(pieces),
-                            "logprobs": None,
-                            "finish_reason": None,
-                            "matched_stop": None,
-                        }
+                        {"index": 0, "text": "".join(pieces), "logprobs": None, "finish_reason": end[0],
+                         "matched_stop": end[1]}
                     ],
+                    "usage": shapes.usage(req, None) if continuous else None,
                 },
             )
-        fr, matched = finish_reason(req)
-        await send(
-            resp,
-            {
-                "id": req.rid,
-                "object": "text_completion",
-                "created": created,
-                "model": model,
-                "choices": [{"index": 0, "text": "", "logprobs": None, "finish_reason": fr, "matched_stop": matched}],
-            },
-        )
-        options = body.get("stream_options") or {}
-        if settings.include_usage_default or (isinstance(options, dict) and options.get("include_usage")):
-            u = {k: v for k, v in usage(req, None).items() if v is not None}
-            await send(
+        if include_usage:
+            u = {k: v for k, v in shapes.usage(req, None).items() if v is not None}  # exclude_none=True in sglang
+            await shapes.send(
                 resp,
                 {
                     "id": req.rid,
@@ -329,16 +314,19 @@ def add_generation_routes(app: web.Application, state: EngineState) -> Callable[
                     "usage": u,
                 },
             )
-        await send(resp, b"[DONE]")
+        await shapes.send(resp, b"[DONE]")
         await resp.write_eof()
         return resp
 
     def meta_info(req: Request, done: bool) -> dict[str, Any]:
         fr: dict[str, Any] | None = None
         if done:
+            reason = req.finish_reason
             fr = (
-                {"type": "length", "length": req.emitted}
-                if req.plan.finish == "length"
+                {"type": "abort", "message": fault_message(req)}
+                if reason == "abort"
+                else {"type": "length", "length": req.emitted}
+                if reason == "length"
                 else {"type": "stop", "matched": req.plan.matched_stop}
             )
         meta: dict[str, Any] = {
@@ -392,7 +380,7 @@ def add_generation_routes(app: web.Application, state: EngineState) -> Callable[
         if body.get("rid"):
             req.rid = str(body["rid"])
         if not streaming:
-            async for _ in chunks(req):
+            async for _ in chunks(req, request):
                 pass
             out = req.plan.pieces[: req.emitted]
             return _json(
@@ -402,15 +390,15 @@ def add_generation_routes(app: web.Application, state: EngineState) -> Callable[
                     "meta_info": meta_info(req, True),
                 }
             )
-        resp = await sse_start(request)
+        resp = await shapes.sse_start(request)
         acc = ""
         ids: list[int] = []
-        async for pieces in chunks(req):
+        async for pieces in chunks(req, request):
             acc += "".join(pieces)
             ids += [tokenizer.token_id(p) for p in pieces]
-            done = req.finished and req.queue.empty()
-            await send(resp, {"text": acc, "output_ids": ids, "meta_info": meta_info(req, done)})
-        await send(resp, b"[DONE]")
+            done = shapes.is_last(req)
+            await shapes.send(resp, {"text": acc, "output_ids": ids, "meta_info": meta_info(req, done)})
+        await shapes.send(resp, b"[DONE]")
         await resp.write_eof()
         return resp
 

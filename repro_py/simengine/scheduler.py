@@ -33,7 +33,7 @@ class Request:
     prompt_tokens: int
     plan: TextPlan
     streaming: bool
-    internal: bool = False  # the warmup request
+    internal: bool = False  # the warmup request (counted like any request, as sglang's warmup is)
     queue: asyncio.Queue[list[str] | None] = dataclasses.field(default_factory=asyncio.Queue)
     emitted: int = 0
     verify_ct: int = 0
@@ -44,6 +44,24 @@ class Request:
     created: float = dataclasses.field(default_factory=time.time)
     first_token_at: float | None = None
     finished_at: float | None = None
+    # the engine's own clock (monotonic) for its latency histograms
+    t_created: float = dataclasses.field(default_factory=time.monotonic)
+    t_first: float | None = None
+    t_last: float | None = None
+    # a fault that bites this request once ``stop_at`` tokens are out: "abort" | "error" | "stall"
+    fault: str | None = None
+    stop_at: int | None = None
+
+    @property
+    def stalled(self) -> bool:
+        return self.fault == "stall" and self.stop_at is not None and self.emitted >= self.stop_at
+
+    @property
+    def finish_reason(self) -> str:
+        """``abort`` when an abort or error fault ended it, else the text plan's reason."""
+        if self.fault in ("abort", "error") and self.stop_at is not None and self.emitted >= self.stop_at:
+            return "abort"
+        return self.plan.finish
 
     @property
     def reserve(self) -> int:
@@ -51,7 +69,11 @@ class Request:
 
     @property
     def remaining(self) -> int:
-        return len(self.plan.pieces) - self.emitted
+        """Tokens still to generate (a fault ends the request early at ``stop_at``)."""
+        end = len(self.plan.pieces)
+        if self.stop_at is not None and self.fault in ("abort", "error"):
+            end = min(end, self.stop_at)
+        return end - self.emitted
 
 
 @dataclasses.dataclass
@@ -125,6 +147,11 @@ class Scheduler:
         self.waiting.append(req)
         self._wake.set()
 
+    def cancel(self, req: Request) -> None:
+        """The client went away: the next step drops the request (as sglang aborts it)."""
+        req.cancelled = True
+        self._wake.set()
+
     @functools.lru_cache(maxsize=512)  # noqa: B019 - one scheduler per process
     def _accept_mean(self, ctx_bucket: int) -> float:
         return perf_model.accept_length(self.cfg, ctx_bucket)
@@ -170,7 +197,14 @@ class Scheduler:
             if anchor is None:
                 anchor, modelled = now, 0.0
             admitted = self._admit()
-            decoding = [r for r in self.running if r.prefilled and not r.cancelled]
+            decoding = [r for r in self.running if r.prefilled and not r.cancelled and not r.stalled]
+            if not admitted and not decoding and not any(r.cancelled for r in self.running):
+                # only stalled requests (the stall fault) are left: idle until something changes
+                self.pacing.busy_wall_s += loop.time() - anchor
+                anchor = None
+                self._wake.clear()
+                await self._wake.wait()
+                continue
             ms = 0.0
             if decoding:
                 ctx = sum(r.prompt_tokens + r.emitted for r in decoding) // len(decoding)
@@ -194,13 +228,21 @@ class Scheduler:
 
     def _emit(self, admitted: list[Request], decoding: list[Request]) -> None:
         now = time.time()
+        mono = time.monotonic()
         step_tokens = 0
         for req in decoding:
             if req.cancelled:
                 continue
             k = min(self._draw(req), req.remaining)
+            if req.stop_at is not None and req.fault == "stall":
+                k = min(k, req.stop_at - req.emitted)
+            if k <= 0:
+                continue
             chunk = req.plan.pieces[req.emitted : req.emitted + k]
             req.emitted += k
+            if req.t_last is not None:
+                self.metrics.observe_chunk(mono - req.t_last, k)
+            req.t_last = mono
             req.verify_ct += 1
             req.accept_tokens += k
             self.metrics.spec_total_accept_tokens += k
@@ -209,6 +251,8 @@ class Scheduler:
             self._interval_verify += 1
             step_tokens += k
             req.queue.put_nowait(chunk)
+            if req.stalled:
+                req.queue.put_nowait([])  # the stall fault: the handler sends nothing more
         for req in admitted:
             req.prefilled = True
             req.first_token_at = now
@@ -216,10 +260,14 @@ class Scheduler:
                 req.queue.put_nowait(req.plan.pieces[:1])
                 req.emitted = 1
                 step_tokens += 1
+                req.t_first = req.t_last = mono
+                self.metrics.observe_first_token(mono - req.t_created, streaming=req.streaming)
+                if req.stalled:
+                    req.queue.put_nowait([])
         self.pacing.tokens += step_tokens
         self._interval_tokens += step_tokens
         for req in list(self.running):
-            if req.cancelled or req.remaining <= 0:
+            if req.cancelled or (req.remaining <= 0 and not req.stalled):
                 self._finish(req)
         if decoding and self.pacing.steps % self.decode_log_interval == 0:
             self._log_interval()
@@ -229,13 +277,18 @@ class Scheduler:
         self.reserved -= req.reserve
         req.finished = True
         req.finished_at = time.time()
+        if req.cancelled or req.finish_reason == "abort":
+            self.metrics.observe_aborted()
         if not req.cancelled:
             verify = req.verify_ct if self.cfg.mode != "none" else 0
+            mono = time.monotonic()
             self.metrics.observe_finished(
                 prompt_tokens=req.prompt_tokens,
                 completion_tokens=req.emitted,
                 verify_ct=verify,
                 streaming=req.streaming,
+                e2e_s=mono - req.t_created,
+                decode_s=(req.t_last - req.t_first) if req.t_first is not None and req.t_last is not None else None,
             )
         req.queue.put_nowait(None)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from repro_py.simengine import tokenizer
+from repro_py.simengine import sglang_reference, tokenizer
 from repro_py.simengine.cli import SGLANG_VERSION
 from repro_py.simengine.generation import add_generation_routes, wait_warmup
 from repro_py.simengine.httputil import json_response as _json
@@ -43,7 +43,18 @@ def build_app(state: EngineState) -> web.Application:
             return _json({"error": "Unauthorized"}, 401)
         return await handler(request)
 
-    app = web.Application(middlewares=[auth], client_max_size=64 * 1024 * 1024)
+    @web.middleware
+    async def http_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Starlette's bodies for an unknown path (404) and a known path with another method (405)."""
+        try:
+            return await handler(request)
+        except web.HTTPMethodNotAllowed as exc:
+            allow = ", ".join(sorted(exc.allowed_methods))
+            return _json({"detail": "Method Not Allowed"}, 405, headers={"Allow": allow})
+        except web.HTTPNotFound:
+            return _json({"detail": "Not Found"}, 404)
+
+    app = web.Application(middlewares=[auth, http_errors], client_max_size=64 * 1024 * 1024)
 
     async def stamp(request: web.Request, response: web.StreamResponse) -> None:
         response.headers["X-SGLang-Simulated"] = "true"
@@ -113,9 +124,16 @@ def build_app(state: EngineState) -> web.Application:
             }
         )
 
+    def resolved_args() -> dict[str, Any]:
+        """Every ServerArgs field of sglang 0.5.23 (+ the patch series), in its order: the engine's own
+        resolved values where it has them, the wheel's defaults for the rest (``sglang_reference``)."""
+        defaults = sglang_reference.server_args_defaults()
+        return {name: settings.args.get(name, defaults.get(name)) for name in sglang_reference.server_args_fields()}
+
     async def server_info(request: web.Request) -> web.Response:
+        resolved = resolved_args()
         internal: dict[str, Any] = {
-            **settings.args,
+            **resolved,
             "world_size": settings.args["tp_size"] * settings.args["dp_size"],
             "effective_max_running_requests_per_dp": settings.max_running_requests,
             "last_gen_throughput": state.metrics.gen_throughput,
@@ -124,17 +142,19 @@ def build_app(state: EngineState) -> web.Application:
         avg = state.metrics.avg_spec_accept_length()
         if avg is not None:
             internal["avg_spec_accept_length"] = avg
-        body = {
-            **settings.args,
+        body = {  # the key order of sglang's build_server_info + server_info route
+            **resolved,
             "launch_command": settings.launch_command,
             "status": "ready",
             "max_total_num_tokens": settings.kv_tokens,
             "max_req_input_len": settings.context_length - 1,
             "startup_time": state.started,
+            "hicache_object_layout": None,
+            "kv_events": None,
             "internal_states": [internal],
             "version": SGLANG_VERSION,
             "frontend": "python",
-            "simulated": True,
+            "simulated": True,  # the SIMULATED additions (sglang_reference.SIMULATED_SERVER_INFO_KEYS)
             "sim": state.sim_info(),
         }
         return _json(body)
@@ -171,11 +191,6 @@ def build_app(state: EngineState) -> web.Application:
             headers={"X-Prometheus-Format": "0.0.4"},
         )
 
-    # ---- generation ------------------------------------------------------------------
-
-    async def not_found(request: web.Request) -> web.Response:
-        return _json({"detail": "Not Found"}, 404)
-
     r = app.router
     for path in ("/health", "/health_generate"):
         r.add_get(path, health)
@@ -194,7 +209,6 @@ def build_app(state: EngineState) -> web.Application:
     if settings.enable_metrics:
         r.add_get("/metrics", metrics)
     app["warmup"] = add_generation_routes(app, state)
-    r.add_route("*", "/{tail:.*}", not_found)
     return app
 
 

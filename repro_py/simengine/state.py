@@ -8,6 +8,7 @@ from typing import Any
 
 from repro_py.simengine import perf_model
 from repro_py.simengine.cli import Settings
+from repro_py.simengine.faults import REQUEST_FAULTS
 from repro_py.simengine.metrics import Metrics
 from repro_py.simengine.scheduler import Scheduler
 
@@ -88,4 +89,8 @@ class EngineState:
             active.append(f"crash-after:{f.crash_after}")
         if self.settings.mask_offset_active:
             active.append("mask-offset")
+        for name in REQUEST_FAULTS:
+            threshold = getattr(f, name.replace("-", "_"))
+            if threshold is not None:
+                active.append(f"{name}:{threshold}")
         return active

@@ -6,7 +6,8 @@ failure always carries its class and reason:
 ``invalid_config``            the play's own validation refused it (the planner refuses
                               invalid configs before anything runs)
 ``failed_to_start``           the restart did not reach a ready, echoing engine
-``crashed_during_benchmark``  the engine stopped answering during the benchmark or gates
+``crashed_during_benchmark``  the engine stopped answering during the benchmark or gates, or a
+                              benchmark cell failed (a failed repeat is never a measurement)
 ``gate_failed``               it ran, but a correctness gate (coding, lossless, config
                               echo) failed
 
@@ -94,7 +95,7 @@ def _failed_gates(gates: Mapping[str, Any]) -> list[str]:
 
 def _bench_error_summary(bench: Mapping[str, Any] | None) -> str:
     cells = (bench or {}).get("cells") or []
-    errors = [c for c in cells if isinstance(c, Mapping) and c.get("status") == "error"]
+    errors = [c for c in cells if isinstance(c, Mapping) and c.get("status") in ("failed", "error")]
     if not errors:
         return ""
     first = errors[0]
@@ -237,14 +238,12 @@ class SweepRunner:
             timing["bench_s"] = round(time.monotonic() - t, 3)
             if bench is not None:
                 result["bench"] = bench
-            if bench_error is not None or not await self.measure.alive(endpoint):
-                why = bench_error or _bench_error_summary(bench) or "no cell error recorded"
-                return self._fail(
-                    result,
-                    CRASHED,
-                    f"the engine stopped answering during the benchmark ({why})",
-                    await self._journal(cfg),
-                )
+            alive = bench_error is None and await self.measure.alive(endpoint)
+            cells_failed = _bench_error_summary(bench)
+            if not alive or cells_failed:
+                why = bench_error or cells_failed or "no cell error recorded"
+                prefix = "the engine stopped answering during the benchmark" if not alive else "the benchmark failed"
+                return self._fail(result, CRASHED, f"{prefix} ({why})", await self._journal(cfg))
 
             t = time.monotonic()
             reference = self._load_reference()

@@ -42,6 +42,13 @@ SCRIPTS: dict[str, list[bytes]] = {
         _chunk({"role": "assistant", "content": "hi"}),
         b'data: {"error": {"object": "error", "message": "scheduler died", "code": 500}}\n\n',
     ],
+    "abort": [
+        _chunk({"role": "assistant", "content": "", "reasoning_content": None}),
+        _chunk({"reasoning_content": None, "content": "Hello"}),
+        _chunk({"reasoning_content": None}, finish="abort"),
+        _chunk(None, usage={"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14}),
+        b"data: [DONE]\n\n",
+    ],
     "not_an_object": [
         _chunk({"role": "assistant", "content": "hi"}),
         b"data: [1, 2, 3]\n\n",
@@ -91,6 +98,16 @@ async def test_ok_stream(server: TestServer) -> None:
     assert res.finish_reason == "length"
     assert res.ttft_s is not None and len(res.itl_s) == 2
     assert res.content == "Hello world" and res.reasoning == "thinking"
+    # per token: (last text chunk - first text chunk) / (4 tokens - 1), the sum of the chunk gaps over 3
+    assert res.itl_token_s == pytest.approx(sum(res.itl_s) / 3)
+
+
+async def test_an_aborted_generation_is_a_failed_request(server: TestServer) -> None:
+    """finish_reason "abort" (sglang's graceful abort) ends a well-formed stream, and still is no success."""
+    res = await _run(server, "abort")
+    assert not res.ok
+    assert "finish_reason 'abort'" in (res.error or "")
+    assert res.output_tps is None  # its partial tokens count nowhere
 
 
 @pytest.mark.parametrize(("script", "needle"), [

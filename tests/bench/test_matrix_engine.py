@@ -30,10 +30,10 @@ async def test_small_matrix_accept_length_from_counters(engine_factory: Factory)
     for cell in result["cells"]:
         assert cell["status"] == "ok", cell["reason"]
         med = cell["median"]
-        assert med["errors"] == 0
-        assert med["requests"] == 2 * cell["concurrency"]
+        assert cell["errors"] == 0 and cell["repeats_ok"] == 2 and cell["repeats_failed"] == []
+        assert cell["requests"] == 2 * cell["concurrency"]
         assert med["output_tps"] > 0
-        ttft, itl = med["ttft_ms"], med["itl_ms"]
+        ttft, itl = med["ttft_ms"], med["itl_chunk_ms"]
         assert 0 < ttft["p50"] <= ttft["p90"] <= ttft["p99"], ttft
         assert 0 < itl["p50"] <= itl["p90"] <= itl["p99"], itl
         expected = perf_model.accept_length(cfg, cell["context"])
@@ -78,7 +78,7 @@ async def test_context_too_short_for_the_instruction(engine_factory: Factory) ->
     result = await run_matrix(Endpoint(eng.url), BenchSettings(contexts=(5,), concurrency=(1,), repeats=1,
                                                                max_tokens=8, warmup=0))
     cell = result["cells"][0]
-    assert cell["status"] == "error"
+    assert cell["status"] == "failed"
     assert "shorter than the fixed instruction" in cell["reason"]
 
 

@@ -7,7 +7,9 @@ import pytest
 from aiohttp import web
 
 from repro_py.bench import counters
-from repro_py.bench.matrix import BenchSettings, flush_cache, kv_skip_reason, summarize_cell
+from repro_py.bench.client import RequestResult
+from repro_py.bench.figures import repeat_figures, summarize_cell
+from repro_py.bench.matrix import BenchSettings, flush_cache, kv_skip_reason
 from repro_py.endpoint import Endpoint
 from repro_py.simengine.testing import free_port
 
@@ -31,12 +33,13 @@ def test_context_length_skip() -> None:
 
 
 def _delta(gen: int, verify: int) -> counters.CounterDelta:
-    return counters.CounterDelta(gen, 0, verify, 1, gen / verify, None)
+    return counters.CounterDelta(gen, 0, verify, 1, gen / verify if verify else None, None)
 
 
-def _rep(tps: float) -> dict[str, object]:
-    return {"output_tps": tps, "output_tps_per_request": tps, "ttft_ms": {"p50": 1.0}, "itl_ms": {"p50": 2.0},
-            "errors": 0, "requests": 4, "engine_output_tps": tps}
+def _rep(tps: float, status: str = "ok") -> dict[str, object]:
+    return {"status": status, "reason": None if status == "ok" else "2/4 requests failed", "output_tps": tps,
+            "output_tps_per_request": tps, "ttft_ms": {"p50": 1.0}, "itl_chunk_ms": {"p50": 2.0},
+            "itl_token_ms": {"p50": 0.5}, "errors": 0 if status == "ok" else 2, "requests": 4, "timing": {}}
 
 
 def test_summary_pools_acceptance_and_flags_noise() -> None:
@@ -66,6 +69,39 @@ def test_settings_validation() -> None:
         BenchSettings(contexts=())
     assert BenchSettings().requests_for(32) == 32
     assert BenchSettings(requests_per_cell=5).requests_for(32) == 5
+    with pytest.raises(ValueError, match="error_budget=-1"):
+        BenchSettings(error_budget=-1)
+
+
+def test_failed_repeats_are_reported_and_never_averaged_in() -> None:
+    """898.9 = median(1797.8, 0.0) was the field's figure with a dead server; a failed repeat is left out."""
+    got = summarize_cell([_rep(1797.8), _rep(0.0, "failed")], [_delta(500, 100), _delta(0, 0)], 0.05)
+    assert got["median"]["output_tps"] == 1797.8
+    assert got["median"]["repeats_used"] == 1
+    assert got["repeats_ok"] == 1 and got["repeats_failed"] == [{"repeat": 1, "reason": "2/4 requests failed"}]
+    assert got["errors"] == 2 and got["requests"] == 8
+    assert got["median"]["accept_length"] == pytest.approx(5.0)  # pooled over the ok repeat only
+    nothing = summarize_cell([_rep(0.0, "failed")], [_delta(0, 0)], 0.05)
+    assert nothing["median"] is None and nothing["repeats_ok"] == 0
+
+
+def _result(ok: bool, tokens: int = 10, error: str | None = None) -> RequestResult:
+    return RequestResult(ok=ok, error=error, start=0.0, end=1.0, ttft_s=0.1, output_tokens=tokens,
+                         finish_reason="length" if ok else "abort", first_text_at=0.1, last_text_at=1.0)
+
+
+def test_a_repeat_is_ok_only_within_the_error_budget() -> None:
+    delta = _delta(50, 10)
+    results = [_result(True)] * 3 + [_result(False, 4, "finish_reason 'abort': ...")]
+    strict = repeat_figures(results, 1.0, delta)
+    assert strict["status"] == "failed" and strict["errors"] == 1
+    assert "1/4 requests failed (error budget 0)" in strict["reason"] and "abort" in strict["reason"]
+    assert strict["output_tokens"] == 30  # the aborted request's 4 tokens count nowhere
+    lenient = repeat_figures(results, 1.0, delta, error_budget=1)
+    assert lenient["status"] == "ok" and lenient["errors"] == 1
+    restarted = repeat_figures([_result(True)], 1.0, counters.CounterDelta(-5, 0, -1, -1, None, "x",
+                                                                              went_backwards=True))
+    assert restarted["status"] == "failed" and "restarted" in restarted["reason"]
 
 
 async def test_flush_cache_retries_a_busy_server_but_not_a_gone_one() -> None:

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.request
+from typing import Any
 
 import openai
 import pytest
 
+from repro_py.bench.counters import collapse, parse_prometheus
+from repro_py.simengine.faults import FaultError, parse_faults
 from repro_py.simengine.testing import Engine
 from tests.simengine.conftest import DDTREE_B8, FAST, EngineFactory
 
@@ -120,3 +125,78 @@ def test_greedy_text_identical_across_lossless_configs_and_garbled_under_mask_of
     # the drafts rarely match a garbled verify: acceptance collapses (b16 t4 ~50 tok/s before the fix)
     accept = engines["mask-offset-b16"].get_json("/server_info")["internal_states"][0]["avg_spec_accept_length"]
     assert accept < 2.2
+
+
+def _stream(eng: Engine, max_tokens: int = 40, timeout: float = 30) -> tuple[list[Any], str | None]:
+    """(SSE events, error) of one streamed chat completion read with a plain HTTP client."""
+    req = urllib.request.Request(
+        eng.url + "/v1/chat/completions", method="POST", headers={"Content-Type": "application/json"},
+        data=json.dumps({"messages": PROMPT, "max_tokens": max_tokens, "stream": True,
+                         "stream_options": {"include_usage": True}}).encode(),
+    )
+    events: list[Any] = []
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            for raw in resp:
+                line = raw.decode().strip()
+                if line.startswith("data: "):
+                    data = line[6:]
+                    events.append(data if data == "[DONE]" else json.loads(data))
+    except (TimeoutError, OSError) as exc:
+        return events, f"{type(exc).__name__}: {exc}"
+    return events, None
+
+
+def _text_tokens(events: list[Any]) -> int:
+    return sum(1 for e in events if isinstance(e, dict) and e.get("choices")
+               and (e["choices"][0]["delta"].get("content") or e["choices"][0]["delta"].get("reasoning_content")))
+
+
+def test_stream_error_after_n_sends_sglangs_error_event_mid_stream(engine_factory: EngineFactory) -> None:
+    eng = engine_factory([*DDTREE_B8, *FAST, "--sim-speed", "50", "--sim-fault", "stream-error-after:1"])
+    eng.wait_ready(10)
+    ok, _ = _stream(eng)
+    assert ok[-2]["usage"]["completion_tokens"] == 40 and ok[-1] == "[DONE]"
+    bad, err = _stream(eng)
+    assert err is None and bad[-1] == "[DONE]"  # sglang: the error event, then usage and [DONE]
+    errors = [e["error"] for e in bad if isinstance(e, dict) and "error" in e]
+    assert len(errors) == 1 and errors[0]["code"] == 500 and "SIMULATED fault" in errors[0]["message"]
+    assert list(errors[0]) == ["object", "message", "type", "param", "code"]
+    assert _text_tokens(bad) > 0 and bad[-2]["usage"]["completion_tokens"] == 20  # failed halfway
+    assert "stream-error-after:1" in eng.get_json("/server_info")["sim"]["faults_active"]
+
+
+def test_abort_after_n_ends_requests_with_finish_reason_abort(engine_factory: EngineFactory) -> None:
+    eng = engine_factory([*DDTREE_B8, *FAST, "--sim-speed", "50", "--enable-metrics", "--sim-fault", "abort-after:1"])
+    eng.wait_ready(10)
+    _stream(eng)
+    events, err = _stream(eng)
+    assert err is None and events[-1] == "[DONE]"
+    finishes = [e["choices"][0]["finish_reason"] for e in events if isinstance(e, dict) and e.get("choices")]
+    assert finishes[-1] == "abort" and events[-2]["usage"]["completion_tokens"] == 20
+    metrics = parse_prometheus(eng.get("/metrics")[1].decode())
+    assert collapse(metrics, "sglang:num_aborted_requests_total") == 1
+
+
+def test_stall_after_n_stops_sending_until_the_client_gives_up(engine_factory: EngineFactory) -> None:
+    eng = engine_factory([*DDTREE_B8, *FAST, "--sim-speed", "50", "--sim-fault", "stall-after:1"])
+    eng.wait_ready(10)
+    _stream(eng)
+    t0 = time.monotonic()
+    events, err = _stream(eng, timeout=1.5)
+    assert err is not None and "timed out" in err.lower() and time.monotonic() - t0 < 5
+    assert _text_tokens(events) > 0 and "[DONE]" not in events
+    # the engine dropped the abandoned request: nothing runs, the cache can be flushed
+    deadline = time.monotonic() + 5
+    while eng.get("/flush_cache")[0] != 200:
+        assert time.monotonic() < deadline, "the stalled request still holds the scheduler"
+        time.sleep(0.1)
+
+
+def test_unknown_fault_lists_every_fault() -> None:
+    with pytest.raises(FaultError) as err:
+        parse_faults(["explode"])
+    for name in ("crash-after:N", "stream-error-after:N", "abort-after:N", "stall-after:N"):
+        assert name in str(err.value)
+    with pytest.raises(FaultError, match="stall-after needs a non-negative integer"):
+        parse_faults(["stall-after"])
