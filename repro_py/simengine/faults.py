@@ -6,13 +6,17 @@
 ``oom-above-budget:N``    refuses to start (a CUDA OOM at the end of the load) when the DDTree budget > N
 ``mask-offset``           tree mode with budget+1 != block size: greedy text is garbled from an
                           early position on and acceptance collapses (the bug the mask fix cured)
+``kv-overrun``            tree mode: the verify window writes past each request's own KV, so while two or
+                          more requests decode in the same step each one corrupts another's next token;
+                          a request decoding alone is never affected, and nothing raises (the class of
+                          the reservation bug the KV fix cured; only a concurrent check can see it)
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-FAULT_NAMES = ("crash-on-load", "never-ready", "crash-after", "oom-above-budget", "mask-offset")
+FAULT_NAMES = ("crash-on-load", "never-ready", "crash-after", "oom-above-budget", "mask-offset", "kv-overrun")
 _WITH_ARG = frozenset({"crash-after", "oom-above-budget"})
 
 
@@ -28,6 +32,7 @@ class Faults:
     crash_after: int | None = None
     oom_above_budget: int | None = None
     mask_offset: bool = False
+    kv_overrun: bool = False
 
     def oom_at_load(self, budget: int | None) -> bool:
         return self.oom_above_budget is not None and budget is not None and budget > self.oom_above_budget
@@ -51,7 +56,7 @@ def parse_faults(values: list[str]) -> Faults:
         if name not in FAULT_NAMES:
             raise FaultError(
                 f"--sim-fault {raw!r}: unknown fault {name!r}; allowed: "
-                "crash-on-load, never-ready, crash-after:N, oom-above-budget:N, mask-offset"
+                "crash-on-load, never-ready, crash-after:N, oom-above-budget:N, mask-offset, kv-overrun"
             )
         if name in _WITH_ARG:
             if not sep or not arg.isdigit():

@@ -46,6 +46,7 @@ class EngineState:
             kv_tokens=settings.kv_tokens,
             metrics=self.metrics,
             decode_log_interval=settings.decode_log_interval,
+            kv_overrun=settings.faults.kv_overrun and settings.tree_mode,
         )
         self.generation_requests = 0
         self.in_flight = 0
@@ -88,4 +89,6 @@ class EngineState:
             active.append(f"crash-after:{f.crash_after}")
         if self.settings.mask_offset_active:
             active.append("mask-offset")
+        if self.scheduler.kv_overrun:
+            active.append("kv-overrun")
         return active
