@@ -29,7 +29,6 @@ import json
 import logging
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
@@ -51,11 +50,11 @@ def main() -> int:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
 
-    tmp = None
-    tree = args.tree
-    if tree is None:
-        tmp = tempfile.TemporaryDirectory(prefix="ddtree-kv-")
-        tree = series.patched_tree(Path(tmp.name) / "tree")
+    with series.given_or_temporary_tree(args.tree, prefix="ddtree-kv-") as tree:
+        return run(args, tree)
+
+
+def run(args: argparse.Namespace, tree: Path) -> int:
     sys.path.insert(0, str(tree))
     import cpu_import_shims  # noqa: PLC0415
 
@@ -101,8 +100,6 @@ def main() -> int:
     if args.json:
         args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json), "tree": str(tree)},
                                          "rows": rows}, indent=2))  # fmt: skip
-    if tmp is not None:
-        tmp.cleanup()
     return 0
 
 

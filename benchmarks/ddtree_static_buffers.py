@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,12 +44,11 @@ def main() -> int:
     ap.add_argument("--v-head-dim", type=int, default=512)
     ap.add_argument("--mem-fraction-static", type=float, default=0.85)
     args = ap.parse_args()
-    tmp = None
-    tree = args.tree
-    if tree is None:
-        tmp = tempfile.TemporaryDirectory(prefix="ddtree-buffers-")
-        tree = series.unpack(Path(tmp.name) / "tree", only=series.series_files())
-        series.apply_series(tree)
+    with series.given_or_temporary_tree(args.tree, prefix="ddtree-buffers-") as tree:
+        return run(args, tree)
+
+
+def run(args: argparse.Namespace, tree: Path) -> int:
     sys.path.insert(0, str(tree / "sglang" / "srt" / "speculative"))
     import ddtree_utils as U  # noqa: PLC0415 (from the patched tree, needs torch)
 
@@ -77,8 +75,6 @@ def main() -> int:
         largest[host] = (U.ddtree_largest_fitting_budget(limit, **shape), limit / GIB)
     for host, (n, limit) in largest.items():
         print(f"largest budget that fits on {host}: {n} (limit {limit:.1f} GiB)")
-    if tmp is not None:
-        tmp.cleanup()
     return 0
 
 
