@@ -14,13 +14,18 @@ from typing import Any
 
 
 def make_prompts(n: int, vocab: list[int], *, seed: int = 3, max_len: int = 300) -> list[list[int]]:
-    """n prompts of mixed lengths (1 .. max_len tokens), as token ids, deterministic."""
+    """n prompts of mixed lengths (1 .. max_len tokens), as token ids, deterministic. Every fifth
+    extends an earlier one, so the radix cache holds prefixes that other requests reuse."""
     rng = random.Random(seed)
     lengths = [1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, max_len]
-    out = []
+    out: list[list[int]] = []
     for i in range(n):
         length = lengths[i % len(lengths)] if i < len(lengths) else rng.randint(1, max_len)
-        out.append([rng.choice(vocab) for _ in range(length)])
+        if i >= len(lengths) and i % 5 == 0:
+            base = rng.choice(out)[: max_len - 8]
+            out.append(base + [rng.choice(vocab) for _ in range(rng.randint(1, 8))])
+        else:
+            out.append([rng.choice(vocab) for _ in range(length)])
     return out
 
 

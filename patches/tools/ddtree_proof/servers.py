@@ -11,8 +11,10 @@ greedily by transformers on CPU) answers /generate instead.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -49,7 +51,7 @@ def server_argv(cfg: Config, paths: dict[str, Path], *, port: int, dtype: str, m
         "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype, "--attention-backend", "triton",
         "--page-size", "1", "--max-running-requests", str(max_running),
         "--cuda-graph-max-bs-decode", str(max_running), "--mem-fraction-static", str(mem_fraction),
-        "--context-length", "2048", "--disable-radix-cache", "--log-level", "info",
+        "--context-length", "2048", "--log-level", "info",
     ]  # fmt: skip
     if deterministic:
         argv.append("--enable-deterministic-inference")
@@ -89,13 +91,18 @@ class Running:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def stop(self, timeout: float = 30.0) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        """SIGTERM to the server's own process group (it was started in a new session: the
+        launcher and the scheduler / detokenizer processes it spawned), SIGKILL after timeout."""
+        if self.proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
 
 
 def launch(cfg: Config, argv: list[str], *, python: str, out: Path, tree: Path | None, dry_run: bool,
