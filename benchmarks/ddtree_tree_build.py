@@ -32,7 +32,6 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -66,11 +65,11 @@ def main() -> int:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
 
-    tmp = None
-    tree = args.tree
-    if tree is None:
-        tmp = tempfile.TemporaryDirectory(prefix="ddtree-bench-")
-        tree = series.patched_tree(Path(tmp.name) / "tree")
+    with series.given_or_temporary_tree(args.tree, prefix="ddtree-bench-") as tree:
+        return run(args, tree)
+
+
+def run(args: argparse.Namespace, tree: Path) -> int:
     sys.path.insert(0, str(tree))
     # Imported here: torch is not in the project venv, and ddtree_utils must
     # come from the patched tree put first on sys.path just above.
@@ -149,8 +148,6 @@ def main() -> int:
         )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
-    if tmp is not None:
-        tmp.cleanup()
     return 0
 
 

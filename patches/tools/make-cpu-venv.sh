@@ -3,7 +3,12 @@
 #   torch 2.13.0 (CPU build), sglang==0.5.23 --no-deps (the pinned wheel,
 #   sha256-checked, from .cache/sglang-wheel/), and the few light deps that
 #   `import sglang.srt.server_args`, the arg hooks and SGLang's Triton kernels
-#   (under TRITON_INTERPRET=1) need, pinned in cpu-venv-constraints.txt.
+#   (under TRITON_INTERPRET=1) need, plus what the scheduler-side modules
+#   (schedule_batch, memory_pool, tokenizer_manager, the DFLASH worker) import
+#   and what builds the GPU proof's tiny models on CPU (transformers,
+#   tokenizers, safetensors), pinned in cpu-venv-constraints.txt (the
+#   versions sglang 0.5.23 declares where it pins one). torchvision has no
+#   build for torch 2.13 CPU: cpu_import_shims.py stands in for its imports.
 #
 # Usage: patches/tools/make-cpu-venv.sh [DIR]   (default: .venv-sglang-cpu at
 # the repository root; git-ignored). Takes about 2-3 minutes.
@@ -57,11 +62,21 @@ fi
 "${pip[@]}" install -qq --no-deps "$wheel"
 "${pip[@]}" install -qq -c "$here/cpu-venv-constraints.txt" \
   numpy orjson psutil pybase64 requests triton packaging pillow starlette \
-  msgspec pydantic pyzmq tqdm ipython aiohttp pytest
+  msgspec pydantic pyzmq tqdm ipython aiohttp pytest \
+  transformers tokenizers safetensors sentencepiece compressed-tensors gguf \
+  openai partial_json_parser apache-tvm-ffi dill einops setproctitle uvicorn \
+  fastapi uvloop
 
-"$tmp/bin/python" - <<'PY'
-import torch, triton, sglang.srt.server_args  # noqa: F401
-print(f"make-cpu-venv: torch {torch.__version__}, triton {triton.__version__}, sglang ok")
+"$tmp/bin/python" - "$here" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1])
+import cpu_import_shims
+cpu_import_shims.install_torchvision_stand_in()
+import torch, triton, transformers, sglang.srt.server_args  # noqa: F401
+import sglang.srt.managers.schedule_batch, sglang.srt.managers.tokenizer_manager  # noqa: F401
+import sglang.srt.speculative.dflash_worker_v2  # noqa: F401
+print(f"make-cpu-venv: torch {torch.__version__}, triton {triton.__version__}, "
+      f"transformers {transformers.__version__}, sglang ok")
 PY
 trap - EXIT
 echo "make-cpu-venv: ready at $dest"

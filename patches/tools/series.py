@@ -19,12 +19,14 @@ one commit per patch), then `regen DIR`. See patches/README.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import re
 import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 SGLANG_VERSION = "0.5.23"
@@ -173,6 +175,16 @@ def patched_tree(dest: Path, series_dir: Path = SERIES_DIR) -> Path:
     unpack(dest)
     apply_series(dest, series_dir)
     return dest
+
+
+@contextlib.contextmanager
+def given_or_temporary_tree(given: Path | None, prefix: str = "ddtree-") -> Iterator[Path]:
+    """`given` (a patched package tree) as is, or a temporary patched tree removed on exit."""
+    if given is not None:
+        yield given
+        return
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        yield patched_tree(Path(tmp) / "tree")
 
 
 def check(series_dir: Path = SERIES_DIR) -> dict:

@@ -18,7 +18,7 @@ from typing import Any
 
 from repro_py import spec_config
 from repro_py.exitcodes import ExitCode
-from repro_py.simengine.faults import FaultError, Faults, parse_faults
+from repro_py.simengine.faults import ALLOWED, FaultError, Faults, parse_faults
 from repro_py.simengine.perf_model import HOST_SCALE
 from repro_py.simengine.sglang_choices import ATTENTION_BACKENDS, KNOWN_ALGORITHMS, REASONING_PARSERS
 
@@ -26,10 +26,7 @@ SGLANG_VERSION = "0.5.23"
 DEFAULT_KV_TOKENS = 400_000  # 64 x (8192 + 512) = 557k does not fit; 64 x (4096 + 512) does
 DFLASH_DEFAULT_MAX_RUNNING = 48  # sglang 0.5.23 resets max_running_requests to 48 for DFLASH
 
-FAULT_HELP = (
-    "crash-on-load | never-ready | crash-after:N | oom-above-budget:N | mask-offset | stream-error-after:N | "
-    "abort-after:N | stall-after:N"
-)
+FAULT_HELP = ALLOWED.replace(", ", " | ")
 
 
 class CliError(Exception):

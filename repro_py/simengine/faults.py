@@ -13,6 +13,10 @@
                           (``finish_reason: "abort"``, a normal-looking end of stream)
 ``stall-after:N``         after N generation requests, each further one stops sending halfway through
                           and never finishes (the connection stays open)
+``kv-overrun``            tree mode: the verify window writes past each request's own KV, so while two or
+                          more requests decode in the same step each one corrupts another's next token;
+                          a request decoding alone is never affected, and nothing raises (the class of
+                          the reservation bug the KV fix cured; only a concurrent check can see it)
 """
 
 from __future__ import annotations
@@ -28,11 +32,12 @@ FAULT_NAMES = (
     "stream-error-after",
     "abort-after",
     "stall-after",
+    "kv-overrun",
 )
 _WITH_ARG = frozenset({"crash-after", "oom-above-budget", "stream-error-after", "abort-after", "stall-after"})
 ALLOWED = (
     "crash-on-load, never-ready, crash-after:N, oom-above-budget:N, mask-offset, stream-error-after:N, "
-    "abort-after:N, stall-after:N"
+    "abort-after:N, stall-after:N, kv-overrun"
 )
 # request faults: name -> what happens to a request past the threshold
 REQUEST_FAULTS = {"stream-error-after": "error", "abort-after": "abort", "stall-after": "stall"}
@@ -50,6 +55,7 @@ class Faults:
     crash_after: int | None = None
     oom_above_budget: int | None = None
     mask_offset: bool = False
+    kv_overrun: bool = False
     stream_error_after: int | None = None
     abort_after: int | None = None
     stall_after: int | None = None

@@ -111,6 +111,7 @@ class Scheduler:
         kv_tokens: int,
         metrics: Metrics,
         decode_log_interval: int = 40,
+        kv_overrun: bool = False,
     ) -> None:
         self.cfg = cfg
         self.speed = speed
@@ -119,6 +120,7 @@ class Scheduler:
         self.kv_tokens = kv_tokens
         self.metrics = metrics
         self.decode_log_interval = decode_log_interval
+        self.kv_overrun = kv_overrun  # the kv-overrun fault (faults.py)
         self.waiting: collections.deque[Request] = collections.deque()
         self.running: list[Request] = []
         self.reserved = 0
@@ -230,6 +232,8 @@ class Scheduler:
         now = time.time()
         mono = time.monotonic()
         step_tokens = 0
+        if self.kv_overrun and len(decoding) > 1:
+            _overrun_neighbours(decoding)
         for req in decoding:
             if req.cancelled:
                 continue
@@ -320,3 +324,19 @@ class Scheduler:
         self._interval_accept = 0
         self._interval_verify = 0
         self._interval_start = now
+
+
+OVERRUN_PIECE = " \u2591"  # what a token read from another request's KV decodes to here
+
+
+def _overrun_neighbours(decoding: list[Request]) -> None:
+    """kv-overrun fault: each request's verify window writes into the next request's KV, so that
+    request's next token is wrong. Only requests decoding in the same step are affected."""
+    for i in range(len(decoding)):
+        victim = decoding[(i + 1) % len(decoding)]
+        pos = victim.emitted
+        if victim.cancelled or pos >= len(victim.plan.pieces) or victim.plan.pieces[pos] == OVERRUN_PIECE:
+            continue
+        pieces = list(victim.plan.pieces)
+        pieces[pos] = OVERRUN_PIECE
+        victim.plan = dataclasses.replace(victim.plan, pieces=pieces)

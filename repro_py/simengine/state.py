@@ -47,6 +47,7 @@ class EngineState:
             kv_tokens=settings.kv_tokens,
             metrics=self.metrics,
             decode_log_interval=settings.decode_log_interval,
+            kv_overrun=settings.faults.kv_overrun and settings.tree_mode,
         )
         self.generation_requests = 0
         self.in_flight = 0
@@ -93,4 +94,6 @@ class EngineState:
             threshold = getattr(f, name.replace("-", "_"))
             if threshold is not None:
                 active.append(f"{name}:{threshold}")
+        if self.scheduler.kv_overrun:
+            active.append("kv-overrun")
         return active

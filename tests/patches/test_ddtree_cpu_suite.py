@@ -17,7 +17,14 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-CHECKS = ["check_server_args.py", "check_ddtree_utils.py", "check_triton_kernels.py"]
+CHECKS = [
+    "check_server_args.py",
+    "check_ddtree_utils.py",
+    "check_triton_kernels.py",
+    "check_kv_reservation.py",
+    "check_refusals.py",
+    "check_static_buffers.py",
+]
 
 
 @pytest.mark.sglang_cpu

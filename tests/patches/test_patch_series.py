@@ -11,12 +11,13 @@ import pytest
 import series  # from patches/tools (conftest puts it on sys.path)
 
 HEADER_FIELDS = ("Series:", "Base:", "Purpose:", "Changes", "Tested")
+PATCHES = 11
 
 
 def test_series_lists_numbered_patches_in_order():
     names = [p.name for p in series.read_series()]
-    assert len(names) == 8
-    assert [int(n[:4]) for n in names] == list(range(1, 9))
+    assert len(names) == PATCHES
+    assert [int(n[:4]) for n in names] == list(range(1, PATCHES + 1))
     on_disk = sorted(p.name for p in series.SERIES_DIR.glob("*.patch"))
     assert on_disk == names, "every patch file is in the series and vice versa"
 
@@ -27,7 +28,7 @@ def test_every_patch_has_a_header(patch):
     for field in HEADER_FIELDS:
         assert field in header, f"{patch.name}: header lacks {field!r}"
     assert "sglang==0.5.23" in header
-    assert re.search(rf"\b{int(patch.name[:4]):02d}/08\b", header)
+    assert re.search(rf"\b{int(patch.name[:4]):02d}/{PATCHES:02d}\b", header)
     assert patch.read_text().count("diff --git ") >= 1
 
 
@@ -37,7 +38,7 @@ def test_wheel_is_pinned(pristine_wheel):
 
 def test_apply_reverse_and_byte_compile(pristine_wheel):
     summary = series.check()
-    assert len(summary["patches"]) == 8
+    assert len(summary["patches"]) == PATCHES
     touched = set(summary["files"])
     for must in (
         "sglang/srt/arg_groups/fields/spec.py",
@@ -48,6 +49,9 @@ def test_apply_reverse_and_byte_compile(pristine_wheel):
         "sglang/srt/layers/attention/triton_backend.py",
         "sglang/srt/speculative/dflash_worker_v2.py",
         "sglang/srt/managers/scheduler_components/internal_state.py",
+        "sglang/srt/speculative/dflash_info_v2.py",  # the KV reservation (0009)
+        "sglang/srt/mem_cache/allocation_sizing.py",
+        "sglang/srt/managers/tokenizer_manager.py",  # per-request refusals (0010)
     ):
         assert must in touched
 
@@ -63,7 +67,7 @@ def test_workspace_regen_round_trip(pristine_wheel, tmp_path):
     log = subprocess.run(
         ["git", "-C", str(ws), "log", "--format=%s", "pristine..HEAD"], capture_output=True, text=True, check=True
     ).stdout.split("\n")
-    assert len([line for line in log if line.strip()]) == 8
+    assert len([line for line in log if line.strip()]) == PATCHES
     out = tmp_path / "series"
     names = series.regen(ws, out)
     assert names == [p.name for p in series.read_series()]
@@ -101,7 +105,7 @@ def test_role_module_applies_the_real_series(pristine_wheel, tmp_path):
         "patch_executable": "patch",
     }
     first = sps.PatchSeries(params, check_mode=False).run()
-    assert first["action"] == "apply" and len(first["files"]) == 11
+    assert first["action"] == "apply" and len(first["files"]) == len(series.series_files()) == 14
     again = sps.PatchSeries(params, check_mode=False).run()
     assert again["changed"] is False
     patched = series.unpack(tmp_path / "ref", only=series.series_files())

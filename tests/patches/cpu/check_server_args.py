@@ -133,8 +133,9 @@ REFUSED = [
     (dict(attention_backend="flashinfer"), "validated with its packed tree mask"),
     (dict(decode_attention_backend="flashinfer"), "--decode-attention-backend flashinfer"),
     (dict(prefill_attention_backend="fa3"), "--prefill-attention-backend fa3"),
-    (dict(speculative_ddtree_budget=0), "must be in \\[1, 512\\]"),
-    (dict(speculative_ddtree_budget=1000), "must be in \\[1, 512\\]"),
+    (dict(speculative_ddtree_budget=0), "must be >= 1, got 0"),
+    (dict(speculative_ddtree_budget=-3), "must be >= 1, got -3"),
+    (dict(enable_strict_thinking=True), "--enable-strict-thinking constrains every request"),
     (dict(speculative_ddtree_topk_cap=0), "topk-cap must be >= 1"),
     (dict(speculative_dflash_block_size=1), "block size >= 2"),
     (dict(device="cpu"), "not supported|validated on CUDA only"),
@@ -145,6 +146,13 @@ REFUSED = [
 def test_refused_combinations(change, message):
     with pytest.raises(ValueError, match=message):
         resolve(_argv(**change))
+
+
+def test_large_budget_is_left_to_the_startup_memory_check(monkeypatch):
+    # no fixed cap: the verify buffers are sized against the GPU at startup (check_static_buffers.py)
+    args, cfg = resolve(_argv(speculative_ddtree_budget=1000))
+    assert cfg.speculative_ddtree_budget == 1000
+    assert _widths(monkeypatch, args, cfg)[:3] == (1001, 8, 1001)
 
 
 def test_budget_equal_block_minus_one_hides_the_split(monkeypatch):

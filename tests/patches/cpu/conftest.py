@@ -48,3 +48,10 @@ import sglang  # noqa: E402
 
 if Path(sglang.__file__).resolve().parents[1] != TREE.resolve():
     raise RuntimeError(f"sglang imported from {sglang.__file__}, not from the patched tree {TREE}")
+
+# sglang.srt.configs (pulled in by schedule_batch / memory_pool) imports
+# torchvision, which has no build for the venv's torch 2.13 CPU.
+sys.path.insert(0, str(REPO_ROOT / "patches" / "tools"))
+import cpu_import_shims  # noqa: E402
+
+cpu_import_shims.install_torchvision_stand_in()
