@@ -2,7 +2,8 @@
 # The toolchain, driver and model side on a BARE Ubuntu 24.04 systemd host
 # (podman; the test-host image has no compiler, no Python headers, no
 # python3-venv), in `make test`:
-#   1. site.yml (inventory/local's variables) installs the host compiler and the
+#   1. site.yml (inventory/local's variables; with CHECK_MODE=1 first --check
+#      --diff on the bare host) installs the host compiler and the
 #      Python headers itself, with the real triton 3.8.0 / flashinfer 0.7.2 /
 #      apache-tvm-ffi / ninja wheels of the production lock in the venv. The
 #      second run (idempotent) runs the JIT check for real: triton's driver.c
@@ -21,7 +22,7 @@
 #      and a broken directory (missing, unreadable and truncated shards).
 #   4. playbooks/collect.yml: model and drafter checksums; a second run hashes nothing.
 #
-# Usage: tests/install/run-host-checks.sh        (KEEP=1 keeps the container)
+# Usage: tests/install/run-host-checks.sh        (KEEP=1 keeps the container, CHECK_MODE=1 adds --check)
 # Env:   CONTAINER (sglang-hostchecks), TESTHOST_IMAGE (testhost/common.sh),
 #        REPO_PORT (33002; the service uses 33001), WHEELHOUSE (.whl), JIT_WHEELHOUSE (.whl-jit)
 set -euo pipefail
@@ -93,6 +94,8 @@ in_host sh -c 'command -v gcc || command -v cc || ls /usr/include/python3.12/Pyt
 
 # --- 1. site.yml on the bare host; the JIT check on the second and third runs
 site=("${play[@]}" site.yml -e "@$log/jit-wheels.json")
+# --check --diff on the bare host (~3 min, most of it the wheelhouse diff): CHECK_MODE=1.
+[[ "${CHECK_MODE:-0}" == 1 ]] && timed check-bare "${site[@]}" --check --diff
 timed site-1 "${site[@]}"
 grep -q "JIT check deferred" "$log/site-1.log" || fail "site-1: the JIT check was not deferred on the first deploy"
 in_host gcc --version | head -1
