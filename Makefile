@@ -26,10 +26,12 @@ export ANSIBLE_CONFIG := $(ROOT)/ansible.cfg
 export PYTHONPATH := $(ROOT)
 export PYTHONUNBUFFERED := 1
 
-APT_PACKAGES := podman runc debootstrap patch bubblewrap
+# bubblewrap: the coding-eval sandbox; gnupg, dpkg-dev: tests/install/aptrepo
+# builds and signs a local apt repository.
+APT_PACKAGES := podman runc debootstrap patch bubblewrap gnupg dpkg-dev
 
 .PHONY: help demo test setup system-packages venv cpu-venv image testhost wheelhouse deploy sweep \
-        lint manifest manifest-check locks unit molecule e2e clean-testhost
+        lint manifest manifest-check locks unit host-checks molecule e2e clean-testhost
 
 help:
 	@sed -n '2,7p' Makefile
@@ -103,6 +105,13 @@ unit: venv cpu-venv
 	REPRO_REQUIRE_SGLANG_CPU=1 SGLANG_CPU_PYTHON=$(CPU_VENV)/bin/python \
 	  $(PY) -m pytest -q -m "not testhost" -p no:cacheprovider
 
+# The toolchain, driver and model side on a bare Ubuntu 24.04 systemd container:
+# site.yml installs the compiler and Python headers, the JIT compile check with the
+# real triton/flashinfer wheels, cuda_toolkit's apt method and nvidia_driver against
+# a local signed repository, the model check, collect.yml's model checksums.
+host-checks: setup image wheelhouse
+	tests/install/run-host-checks.sh
+
 molecule: setup image wheelhouse
 	$(BIN)/molecule test
 
@@ -111,7 +120,7 @@ molecule: setup image wheelhouse
 e2e: deploy
 	SGLANG_TESTHOST=1 SWEEP_E2E_RESULTS=$(RESULTS) $(PY) -m pytest -q -p no:cacheprovider tests/e2e
 
-test: setup lint manifest-check locks unit molecule e2e
+test: setup lint manifest-check locks unit host-checks molecule e2e
 
 clean-testhost:
 	testhost/down.sh sglang-testhost || true

@@ -10,6 +10,8 @@
 #
 # Usage: scripts/build-wheelhouse.sh DIR [--python-version 3.12] [--platform manylinux_2_39_x86_64]
 #        scripts/build-wheelhouse.sh DIR --production   (the sglang 0.5.23 production lock, cp312: ~4.4 GB)
+#        scripts/build-wheelhouse.sh DIR --jit          (only the JIT check's wheels, hash-checked from the
+#            production lock: triton, flashinfer-python, apache-tvm-ffi, ninja; cp312: ~320 MB)
 # Env:   PYTHON (default: .venv/bin/python, else python3) used for `pip download` / `pip wheel`.
 set -euo pipefail
 
@@ -24,11 +26,15 @@ dir=""
 pyver="3.12"
 platform="manylinux_2_39_x86_64"
 production=0
+jit=0
+# The wheels whose files the JIT compile check uses (roles/preflight/files/jit_compile_check.py).
+jit_packages="triton flashinfer-python apache-tvm-ffi ninja"
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --python-version) pyver="$2"; shift ;;
         --platform) platform="$2"; shift ;;
         --production) production=1; pyver="3.12"; platform="manylinux_2_39_x86_64" ;;
+        --jit) jit=1; pyver="3.12"; platform="manylinux_2_39_x86_64" ;;
         -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
         -*) echo "build-wheelhouse: unknown option '$1'" >&2; exit 2 ;;
         *) dir="$1" ;;
@@ -49,6 +55,20 @@ unset PIP_FIND_LINKS PIP_CONSTRAINT PIP_EXTRA_INDEX_URL PIP_NO_INDEX || true
 
 if [[ $production -eq 1 ]]; then
     locks=("$req/sglang-0.5.23-cu130.lock")
+elif [[ $jit -eq 1 ]]; then
+    # The production lock's entries (with every hash) of the JIT check's packages.
+    jit_lock="$dir/.jit-requirements.lock"
+    "$python" - "$req/sglang-0.5.23-cu130.lock" "$jit_lock" $jit_packages <<'PY'
+import re, sys
+lock, out, names = sys.argv[1], sys.argv[2], set(sys.argv[3:])
+blocks = re.split(r"\n(?=[A-Za-z0-9])", open(lock).read())
+keep = [b for b in blocks if (m := re.match(r"([A-Za-z0-9._-]+)==", b)) and m.group(1) in names]
+missing = names - {re.match(r"([A-Za-z0-9._-]+)==", b).group(1) for b in keep}
+if missing:
+    sys.exit(f"build-wheelhouse: not in {lock}: {sorted(missing)}")
+open(out, "w").write("\n".join(l for b in keep for l in b.splitlines() if not l.strip().startswith("#")) + "\n")
+PY
+    locks=("$jit_lock")
 else
     locks=("$req/testhost.lock" "$req/cuda-13.0.3-wheels.lock")
 fi
@@ -68,7 +88,7 @@ fi
 start=$SECONDS
 # The stamp records what the downloaded part was built from; when it matches and
 # every listed file still has its checksum, nothing is downloaded again.
-stamp_want=$( { echo "py=$pyver platform=$platform sglang=$sglang_sha256 production=$production";
+stamp_want=$( { echo "py=$pyver platform=$platform sglang=$sglang_sha256 production=$production jit=$jit";
                 sha256sum "${locks[@]}" | awk '{print $1}'; } | sha256sum | awk '{print $1}')
 stamp="$dir/.downloads.stamp"
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$stamp_want" && -f "$dir/SHA256SUMS" ]] \
@@ -82,7 +102,7 @@ else
             --python-version "$pyver" "${plat_args[@]}" --implementation cp \
             -r "$lock" -d "$dir"
     done
-    if [[ $production -eq 0 ]]; then
+    if [[ $production -eq 0 && $jit -eq 0 ]]; then
         if ! echo "$sglang_sha256  $dir/$sglang_wheel" | sha256sum --quiet -c - 2>/dev/null; then
             echo "build-wheelhouse: downloading sglang==$sglang_version (--no-deps)"
             tmpreq=$(mktemp)
@@ -95,24 +115,28 @@ else
     fi
 fi
 
-# This project's wheel: reproducible bytes, so an unchanged tree gives the same
-# sha256 and the file is left alone (the roles see no change).
-build=$(mktemp -d)
-trap 'rm -rf "$build"' EXIT
-epoch=$(git -C "$root" log -1 --format=%ct 2>/dev/null || echo 315532800)
-cp -r "$root/pyproject.toml" "$root/repro_py" "$build/"
-find "$build" -name '__pycache__' -prune -exec rm -rf {} +
-find "$build" -exec touch -h -d "@$epoch" {} +
-# Isolated build: the backend (setuptools, as pyproject.toml pins) comes from the registry.
-SOURCE_DATE_EPOCH=$epoch "$python" -m pip wheel --quiet --no-deps -w "$build/out" "$build" >/dev/null
-new=$(ls "$build"/out/repro_py-*.whl)
-name=$(basename "$new")
-if [[ -f "$dir/$name" ]] && cmp -s "$new" "$dir/$name"; then
-    echo "build-wheelhouse: $name unchanged"
-else
-    find "$dir" -maxdepth 1 -name 'repro_py-*.whl' ! -name "$name" -delete
-    cp "$new" "$dir/$name"
-    echo "build-wheelhouse: $name built"
+# This project's wheel (not part of the --jit set).
+if [[ $jit -eq 0 ]]; then
+    # Reproducible bytes, so an unchanged tree gives the same
+    # sha256 and the file is left alone (the roles see no change).
+    build=$(mktemp -d)
+    trap 'rm -rf "$build"' EXIT
+    epoch=$(git -C "$root" log -1 --format=%ct 2>/dev/null || echo 315532800)
+    cp -r "$root/pyproject.toml" "$root/repro_py" "$build/"
+    find "$build" -name '__pycache__' -prune -exec rm -rf {} +
+    find "$build" -exec touch -h -d "@$epoch" {} +
+    # Isolated build: the backend (setuptools, as pyproject.toml pins) comes from the registry.
+    SOURCE_DATE_EPOCH=$epoch "$python" -m pip wheel --quiet --no-deps -w "$build/out" "$build" >/dev/null
+    new=$(ls "$build"/out/repro_py-*.whl)
+    name=$(basename "$new")
+    if [[ -f "$dir/$name" ]] && cmp -s "$new" "$dir/$name"; then
+        echo "build-wheelhouse: $name unchanged"
+    else
+        find "$dir" -maxdepth 1 -name 'repro_py-*.whl' ! -name "$name" -delete
+        cp "$new" "$dir/$name"
+        echo "build-wheelhouse: $name built"
+    fi
+
 fi
 
 (cd "$dir" && sha256sum -- *.whl > SHA256SUMS.tmp && mv SHA256SUMS.tmp SHA256SUMS)

@@ -49,12 +49,14 @@ script=/usr/share/debootstrap/scripts/gutsy
 [[ -f /usr/share/debootstrap/scripts/$suite ]] && script=/usr/share/debootstrap/scripts/$suite
 
 echo "build-image: debootstrap $suite from $mirror"
-# Packages: systemd as PID 1, python3 (3.12) for Ansible modules, python3-venv for
-# the service venv, curl for probing, patch for the patch role, g++ as nvcc's host
-# compiler, procps/iproute2 for ss/pgrep, kmod/udev as on a real host.
+# Packages: systemd as PID 1, python3 (3.12) for Ansible modules, curl for probing,
+# patch for the patch role, procps/iproute2 for ss/pgrep, kmod/udev as on a real
+# host. No compiler, no Python headers, no python3-venv: like a bare Ubuntu 24.04
+# server; the roles install them (cuda_toolkit: build-essential, python3-venv;
+# python_env: python3.12-dev, python3.12-venv).
 debootstrap --variant=minbase --keyring="$work/keyring/usr/share/keyrings/ubuntu-archive-keyring.gpg" \
     --components=main,universe \
-    --include=systemd,systemd-sysv,dbus,udev,kmod,python3,python3-venv,sudo,patch,g++,procps,iproute2,curl,ca-certificates \
+    --include=systemd,systemd-sysv,dbus,udev,kmod,python3,sudo,patch,procps,iproute2,curl,ca-certificates \
     "$suite" "$rootfs" "$mirror" "$script" >"$work/debootstrap.log" 2>&1 \
     || { tail -30 "$work/debootstrap.log" >&2; echo "build-image: debootstrap failed" >&2; exit 1; }
 # apt inside the container: the same release pocket, nothing else.

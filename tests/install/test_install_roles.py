@@ -58,7 +58,9 @@ RENDER = """\
         mode: "0644"
       loop:
         - {{src: etc/apt/sources.list.d/cuda-toolkit.sources.j2, dest: cuda-toolkit.sources}}
-        - {{src: etc/apt/preferences.d/cuda-toolkit.j2, dest: preferences}}
+        - {{src: etc/apt/preferences.d/nvidia-pins.j2, dest: preferences}}
+      vars:
+        _cuda_toolkit_apt_pin_set: "{{{{ cuda_toolkit_apt_pins }}}}"
 """
 
 
@@ -88,7 +90,9 @@ def test_apt_source_and_pins_render(tmp_path: Path, mirror: str) -> None:
     assert pins["cuda-nvcc-13-0"] == "version 13.0.88-1"
     assert pins["cuda-cudart-13-0"] == "version 13.0.96-1"
     assert pins["cuda-cccl-13-0"] == "version 13.0.85-1"
-    assert all(v.startswith("version 13.0.") for v in pins.values())
+    assert pins["libcurand-dev-13-0"] == "version 10.4.0.35-1"  # curand_kernel.h for FlashInfer's sampling JIT
+    assert pins["cuda-driver-dev-13-0"] == "version 13.0.96-1"  # lib64/stubs/libcuda.so for -lcuda
+    assert all(v.startswith(("version 13.0.", "version 10.4.0.35-")) for v in pins.values())
 
 
 ASSERT_APT = """\
