@@ -11,8 +11,8 @@ from typing import Any
 
 from aiohttp import web
 
+from repro_py.simengine import ddtree_refusals, textgen, tokenizer, validation
 from repro_py.simengine import openai_shapes as shapes
-from repro_py.simengine import textgen, tokenizer, validation
 from repro_py.simengine.httputil import BadRequest, crash, validated_body
 from repro_py.simengine.httputil import json_response as _json
 from repro_py.simengine.httputil import openai_error as _openai_error
@@ -39,6 +39,10 @@ def add_generation_routes(app: web.Application, state: EngineState) -> Callable[
     ) -> Request:
         fault: str | None = None
         if not internal:
+            if settings.tree_mode:  # refused before the scheduler sees it, as the tokenizer does
+                why = ddtree_refusals.refusal(sampling)
+                if why is not None:
+                    raise BadRequest(why)
             faults = settings.faults
             if faults.crash_after is not None and state.generation_requests >= faults.crash_after:
                 crash(
@@ -66,7 +70,8 @@ def add_generation_routes(app: web.Application, state: EngineState) -> Callable[
                 f"The request needs {prompt_tokens + max_tokens} KV tokens; the KV cache holds "
                 f"max_total_num_tokens={settings.kv_tokens}."
             )
-        temperature = float(sampling.get("temperature") or 0.0)
+        temperature = sampling.get("temperature")
+        temperature = ddtree_refusals.DEFAULT_TEMPERATURE if temperature is None else float(temperature)
         seed = sampling.get("seed")
         stop = sampling.get("stop")
         stops = [stop] if isinstance(stop, str) else [str(s) for s in stop] if isinstance(stop, list) else None
@@ -179,7 +184,9 @@ def add_generation_routes(app: web.Application, state: EngineState) -> Callable[
         resp = await shapes.sse_start(request)
 
         def chunk(
-            delta: dict[str, Any], fr: str | None = None, matched: int | str | None = None,
+            delta: dict[str, Any],
+            fr: str | None = None,
+            matched: int | str | None = None,
             running_usage: dict[str, Any] | None = None,
         ) -> dict[str, Any]:
             out: dict[str, Any] = {
@@ -295,8 +302,13 @@ def add_generation_routes(app: web.Application, state: EngineState) -> Callable[
                     "created": created,
                     "model": model,
                     "choices": [
-                        {"index": 0, "text": "".join(pieces), "logprobs": None, "finish_reason": end[0],
-                         "matched_stop": end[1]}
+                        {
+                            "index": 0,
+                            "text": "".join(pieces),
+                            "logprobs": None,
+                            "finish_reason": end[0],
+                            "matched_stop": end[1],
+                        }
                     ],
                     "usage": shapes.usage(req, None) if continuous else None,
                 },

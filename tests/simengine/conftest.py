@@ -11,6 +11,8 @@ from repro_py.simengine.testing import Engine, ddtree_flags, start_engine
 
 FAST = ["--sim-load-seconds", "0.2", "--sim-warmup-seconds", "0.1"]
 DDTREE_B8 = ddtree_flags(budget=8, topk=4, window=2048, block=8)
+DFLASH_B8 = ["--speculative-algorithm", "DFLASH", "--speculative-dflash-block-size", "8",
+             "--speculative-draft-window-size", "2048"]
 
 EngineFactory = Callable[..., Engine]
 
@@ -30,13 +32,11 @@ def engine_factory(tmp_path: Path) -> Iterator[EngineFactory]:
         eng.stop(timeout=5)
 
 
-@pytest.fixture(scope="module")
-def ddtree_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
-    """One ready DDTree b8 t4 engine (speed 50, metrics, kimi_k2 parser, API key) shared by a module."""
+def _shared_engine(tmp_path_factory: pytest.TempPathFactory, spec_flags: list[str]) -> Iterator[Engine]:
     root = tmp_path_factory.mktemp("models")
     eng = start_engine(
         [
-            *DDTREE_B8,
+            *spec_flags,
             *FAST,
             "--sim-speed",
             "50",
@@ -55,3 +55,17 @@ def ddtree_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
         yield eng
     finally:
         eng.stop(timeout=5)
+
+
+@pytest.fixture(scope="module")
+def ddtree_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    """One ready DDTree b8 t4 engine (speed 50, metrics, kimi_k2 parser, API key) shared by a module.
+
+    Like the patched server, it serves greedy requests only (temperature 0 or top_k 1)."""
+    yield from _shared_engine(tmp_path_factory, DDTREE_B8)
+
+
+@pytest.fixture(scope="module")
+def dflash_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    """The same engine with plain DFLASH (no tree): it serves sampling and every sglang request shape."""
+    yield from _shared_engine(tmp_path_factory, DFLASH_B8)

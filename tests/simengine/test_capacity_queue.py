@@ -22,7 +22,10 @@ def test_requests_wait_for_kv_capacity(engine_factory: EngineFactory) -> None:
         async with aiohttp.ClientSession() as session:
 
             async def one(i: int) -> int:
-                body = {"text": f"q{i}", "sampling_params": {"max_new_tokens": 300, "ignore_eos": True}}
+                body = {
+                    "text": f"q{i}",
+                    "sampling_params": {"max_new_tokens": 300, "ignore_eos": True, "temperature": 0},
+                }
                 async with session.post(eng.url + "/generate", json=body) as resp:
                     return int((await resp.json())["meta_info"]["completion_tokens"])
 
@@ -37,7 +40,7 @@ def test_requests_wait_for_kv_capacity(engine_factory: EngineFactory) -> None:
 
     async def too_big() -> int:
         async with aiohttp.ClientSession() as session:
-            body = {"text": "big", "sampling_params": {"max_new_tokens": 800}}
+            body = {"text": "big", "sampling_params": {"max_new_tokens": 800, "temperature": 0}}
             async with session.post(eng.url + "/generate", json=body) as resp:
                 return resp.status
 

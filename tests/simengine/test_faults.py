@@ -103,7 +103,9 @@ def test_greedy_text_identical_across_lossless_configs_and_garbled_under_mask_of
         texts[name] = eng.get_json("/server_info"), greedy_text(eng, 120)
     clean = texts["baseline"][1]
     c = openai.OpenAI(base_url=engines["baseline"].url + "/v1", api_key="x", max_retries=0)
-    reasoning_clean = c.chat.completions.create(model="m", messages=PROMPT, max_tokens=120).choices[0].message
+    reasoning_clean = (
+        c.chat.completions.create(model="m", messages=PROMPT, max_tokens=120, temperature=0).choices[0].message
+    )
     for name in ("dflash", "b8t4", "b32t8-wnone", "bs16-b16t4", "mask-offset-b7"):
         assert texts[name][1] == clean, name
     baseline_info = texts["baseline"][0]
@@ -114,7 +116,7 @@ def test_greedy_text_identical_across_lossless_configs_and_garbled_under_mask_of
     assert info["sim"]["faults"] == ["mask-offset"] and "mask-offset" in info["sim"]["faults_active"]
     assert "mask-offset" not in texts["mask-offset-b7"][0]["sim"]["faults_active"]
     c16 = openai.OpenAI(base_url=engines["mask-offset-b16"].url + "/v1", api_key="x", max_retries=0)
-    garbled = c16.chat.completions.create(model="m", messages=PROMPT, max_tokens=120).choices[0].message
+    garbled = c16.chat.completions.create(model="m", messages=PROMPT, max_tokens=120, temperature=0).choices[0].message
     clean_reasoning = reasoning_clean.reasoning_content  # type: ignore[attr-defined]
     garbled_reasoning = garbled.reasoning_content  # type: ignore[attr-defined]
     assert garbled_reasoning != clean_reasoning
@@ -130,9 +132,18 @@ def test_greedy_text_identical_across_lossless_configs_and_garbled_under_mask_of
 def _stream(eng: Engine, max_tokens: int = 40, timeout: float = 30) -> tuple[list[Any], str | None]:
     """(SSE events, error) of one streamed chat completion read with a plain HTTP client."""
     req = urllib.request.Request(
-        eng.url + "/v1/chat/completions", method="POST", headers={"Content-Type": "application/json"},
-        data=json.dumps({"messages": PROMPT, "max_tokens": max_tokens, "stream": True,
-                         "stream_options": {"include_usage": True}}).encode(),
+        eng.url + "/v1/chat/completions",
+        method="POST",
+        headers={"Content-Type": "application/json"},
+        data=json.dumps(
+            {
+                "messages": PROMPT,
+                "max_tokens": max_tokens,
+                "stream": True,
+                "temperature": 0,
+                "stream_options": {"include_usage": True},
+            }
+        ).encode(),
     )
     events: list[Any] = []
     try:
@@ -148,8 +159,13 @@ def _stream(eng: Engine, max_tokens: int = 40, timeout: float = 30) -> tuple[lis
 
 
 def _text_tokens(events: list[Any]) -> int:
-    return sum(1 for e in events if isinstance(e, dict) and e.get("choices")
-               and (e["choices"][0]["delta"].get("content") or e["choices"][0]["delta"].get("reasoning_content")))
+    return sum(
+        1
+        for e in events
+        if isinstance(e, dict)
+        and e.get("choices")
+        and (e["choices"][0]["delta"].get("content") or e["choices"][0]["delta"].get("reasoning_content"))
+    )
 
 
 def test_stream_error_after_n_sends_sglangs_error_event_mid_stream(engine_factory: EngineFactory) -> None:

@@ -51,9 +51,9 @@ def test_chat_non_stream_usage_reasoning_and_length(ddtree_engine: Engine) -> No
 def test_chat_stream_matches_non_stream(ddtree_engine: Engine) -> None:
     c = client(ddtree_engine)
     msgs: Any = [{"role": "user", "content": textgen.load_problems()[1].prompt}]
-    full = c.chat.completions.create(model=MODEL, messages=msgs, max_tokens=1024)
+    full = c.chat.completions.create(model=MODEL, messages=msgs, max_tokens=1024, temperature=0)
     stream = c.chat.completions.create(
-        model=MODEL, messages=msgs, max_tokens=1024, stream=True, stream_options={"include_usage": True}
+        model=MODEL, messages=msgs, max_tokens=1024, stream=True, stream_options={"include_usage": True}, temperature=0
     )
     reasoning, content, finish, usage, n = "", "", None, None, 0
     for chunk in stream:
@@ -75,11 +75,13 @@ def test_chat_stream_matches_non_stream(ddtree_engine: Engine) -> None:
 
 def test_completions_stream_and_non_stream(ddtree_engine: Engine) -> None:
     c = client(ddtree_engine)
-    r = c.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=40)
+    r = c.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=40, temperature=0)
     assert r.choices[0].finish_reason == "length" and r.usage is not None and r.usage.completion_tokens == 40
     text = "".join(
         ch.choices[0].text
-        for ch in c.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=40, stream=True)
+        for ch in c.completions.create(
+            model=MODEL, prompt="Once upon a time", max_tokens=40, stream=True, temperature=0
+        )
         if ch.choices
     )
     assert text == r.choices[0].text
@@ -122,7 +124,7 @@ def test_metrics_counters_move_with_requests(ddtree_engine: Engine) -> None:
 
     before = scrape()
     client(ddtree_engine).chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "m"}], max_tokens=200
+        model=MODEL, messages=[{"role": "user", "content": "m"}], max_tokens=200, temperature=0
     )
     after = scrape()
     gen = after["sglang:generation_tokens_total"] - before["sglang:generation_tokens_total"]
@@ -164,8 +166,8 @@ def test_models_tokenize_flush_and_not_found(ddtree_engine: Engine) -> None:
     assert status == 400
 
 
-def test_sampling_seed_is_reproducible_over_http(ddtree_engine: Engine) -> None:
-    c = client(ddtree_engine)
+def test_sampling_seed_is_reproducible_over_http(dflash_engine: Engine) -> None:
+    c = client(dflash_engine)
     msgs: Any = [{"role": "user", "content": "sample"}]
     a = c.chat.completions.create(model=MODEL, messages=msgs, max_tokens=30, temperature=0.8, seed=7)
     b = c.chat.completions.create(model=MODEL, messages=msgs, max_tokens=30, temperature=0.8, seed=7)
@@ -175,7 +177,13 @@ def test_sampling_seed_is_reproducible_over_http(ddtree_engine: Engine) -> None:
 
 
 def test_plain_http_sse_framing_and_header(ddtree_engine: Engine) -> None:
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "sse"}], "max_tokens": 30, "stream": True}
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "sse"}],
+        "max_tokens": 30,
+        "stream": True,
+        "temperature": 0,
+    }
     status, raw, headers = post(ddtree_engine, "/v1/chat/completions", body)
     assert status == 200 and headers["X-SGLang-Simulated"] == "true"
     assert headers["Content-Type"].startswith("text/event-stream")

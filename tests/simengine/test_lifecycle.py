@@ -54,7 +54,9 @@ def test_sigterm_drains_then_lingers_answering_models(engine_factory: EngineFact
 
     def long_request() -> None:
         c = openai.OpenAI(base_url=eng.url + "/v1", api_key="x", max_retries=0)
-        r = c.chat.completions.create(model="m", messages=[{"role": "user", "content": "drain me"}], max_tokens=200)
+        r = c.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "drain me"}], max_tokens=200, temperature=0
+        )
         result["finish"] = r.choices[0].finish_reason
         result["tokens"] = r.usage.completion_tokens if r.usage else None
 
@@ -107,7 +109,7 @@ def test_skip_server_warmup_omits_accept_length_until_a_decode(engine_factory: E
     eng.wait_ready(10)
     assert "avg_spec_accept_length" not in eng.get_json("/server_info")["internal_states"][0]
     c = openai.OpenAI(base_url=eng.url + "/v1", api_key="x", max_retries=0)
-    c.completions.create(model="m", prompt="p", max_tokens=50)
+    c.completions.create(model="m", prompt="p", max_tokens=50, temperature=0)
     assert eng.get_json("/server_info")["internal_states"][0]["avg_spec_accept_length"] > 1.5
 
 

@@ -1,7 +1,10 @@
 """The engine against what sglang 0.5.23 does, as recorded from the wheel in ``sglang_reference.json``:
 ``/server_info`` keys, metric families (name, type, labels, buckets), refused request bodies, 404/405,
 usage objects, ``continuous_usage_stats`` and completions SSE chunks. With the CPU sglang venv, the
-data file itself is checked against the wheel."""
+data file itself is checked against the wheel.
+
+The protocol checks run on a plain DFLASH engine: the wheel's verdicts are those of unpatched sglang,
+and a DDTree server (patch 0010, ``test_ddtree_refusals.py``) adds its own refusals on top."""
 
 from __future__ import annotations
 
@@ -63,11 +66,11 @@ def _families(text: str) -> dict[str, str]:
     return out
 
 
-def test_metrics_expose_sglangs_families_types_labels_and_buckets(ddtree_engine: Engine) -> None:
-    status, _, _ = post(ddtree_engine, "/v1/chat/completions",
+def test_metrics_expose_sglangs_families_types_labels_and_buckets(dflash_engine: Engine) -> None:
+    status, _, _ = post(dflash_engine, "/v1/chat/completions",
                         {"model": MODEL, "messages": MSG, "max_tokens": 40, "stream": True})
     assert status == 200
-    text = ddtree_engine.get("/metrics")[1].decode()
+    text = dflash_engine.get("/metrics")[1].decode()
     families = _families(text)
     registered = {f.name: f for f in sglang_reference.registered_families()}
     assert len(registered) == 117
@@ -110,15 +113,15 @@ def test_metrics_expose_sglangs_families_types_labels_and_buckets(ddtree_engine:
         assert les == [repr(float(b)) for b in buckets] + ["+Inf"], name
 
 
-def test_latency_histograms_count_requests_and_tokens(ddtree_engine: Engine) -> None:
+def test_latency_histograms_count_requests_and_tokens(dflash_engine: Engine) -> None:
     def read() -> dict[tuple[str, str], float]:
-        text = ddtree_engine.get("/metrics")[1].decode()
+        text = dflash_engine.get("/metrics")[1].decode()
         return {(s.name, dict(s.labels).get("is_streaming", "")): s.value for s in parse_prometheus(text)
                 if s.name.endswith(("_count", "_sum")) or s.name == "sglang:generation_tokens_total"}
 
     before = read()
     for _ in range(2):
-        assert post(ddtree_engine, "/v1/chat/completions",
+        assert post(dflash_engine, "/v1/chat/completions",
                     {"model": MODEL, "messages": MSG, "max_tokens": 50, "stream": True})[0] == 200
     after = read()
 
@@ -136,12 +139,12 @@ def test_latency_histograms_count_requests_and_tokens(ddtree_engine: Engine) -> 
 
 @pytest.mark.parametrize("case", sglang_reference.bad_requests(), ids=lambda c: f"{c['path']}:{json.dumps(c['body'])}")
 def test_request_bodies_are_refused_as_sglangs_pydantic_models_refuse_them(
-    ddtree_engine: Engine, case: dict[str, Any]
+    dflash_engine: Engine, case: dict[str, Any]
 ) -> None:
     body = {**case["body"], "max_tokens": 4} if "max_tokens" not in case["body"] else dict(case["body"])
     if case["path"].endswith("/chat/completions") and case["status"] == 200:
         body.setdefault("stream", False)
-    status, raw, _ = post(ddtree_engine, case["path"], body)
+    status, raw, _ = post(dflash_engine, case["path"], body)
     assert status == case["status"], raw[:500]
     if status == 400:
         doc = json.loads(raw)
@@ -151,39 +154,39 @@ def test_request_bodies_are_refused_as_sglangs_pydantic_models_refuse_them(
             assert f"'type': '{err['type']}'" in doc["message"] and repr(tuple(err["loc"])) in doc["message"]
 
 
-def test_non_numeric_temperature_is_400_json_not_500(ddtree_engine: Engine) -> None:
-    status, raw, headers = post(ddtree_engine, "/v1/chat/completions", {"messages": MSG, "temperature": "abc"})
+def test_non_numeric_temperature_is_400_json_not_500(dflash_engine: Engine) -> None:
+    status, raw, headers = post(dflash_engine, "/v1/chat/completions", {"messages": MSG, "temperature": "abc"})
     assert status == 400 and headers["Content-Type"].startswith("application/json")
     assert "float_parsing" in json.loads(raw)["message"]
 
 
-def test_completions_without_prompt_is_refused(ddtree_engine: Engine) -> None:
-    status, raw, _ = post(ddtree_engine, "/v1/completions", {"model": MODEL, "max_tokens": 4})
+def test_completions_without_prompt_is_refused(dflash_engine: Engine) -> None:
+    status, raw, _ = post(dflash_engine, "/v1/completions", {"model": MODEL, "max_tokens": 4})
     assert status == 400 and "'type': 'missing'" in json.loads(raw)["message"]
 
 
-def test_get_on_a_post_route_is_405_and_unknown_paths_404(ddtree_engine: Engine) -> None:
-    status, raw, headers = ddtree_engine.get("/v1/chat/completions")
+def test_get_on_a_post_route_is_405_and_unknown_paths_404(dflash_engine: Engine) -> None:
+    status, raw, headers = dflash_engine.get("/v1/chat/completions")
     assert status == 405 and json.loads(raw) == {"detail": "Method Not Allowed"} and headers["Allow"] == "POST"
-    status, raw, _ = ddtree_engine.get("/no/such/path")
+    status, raw, _ = dflash_engine.get("/no/such/path")
     assert status == 404 and json.loads(raw) == {"detail": "Not Found"}
 
 
-def test_usage_reasoning_tokens_agree_with_completion_tokens_details(ddtree_engine: Engine) -> None:
-    _, raw, _ = post(ddtree_engine, "/v1/chat/completions", {"model": MODEL, "messages": MSG, "max_tokens": 64})
+def test_usage_reasoning_tokens_agree_with_completion_tokens_details(dflash_engine: Engine) -> None:
+    _, raw, _ = post(dflash_engine, "/v1/chat/completions", {"model": MODEL, "messages": MSG, "max_tokens": 64})
     usage = json.loads(raw)["usage"]
     assert list(usage) == ["prompt_tokens", "total_tokens", "completion_tokens", "prompt_tokens_details",
                            "reasoning_tokens", "completion_tokens_details"]
     assert usage["reasoning_tokens"] == usage["completion_tokens_details"]["reasoning_tokens"] > 60
-    events = sse_events(ddtree_engine, "/v1/chat/completions", {
+    events = sse_events(dflash_engine, "/v1/chat/completions", {
         "model": MODEL, "messages": MSG, "max_tokens": 64, "stream": True, "stream_options": {"include_usage": True}})
     final = events[-2]["usage"]
     assert final["reasoning_tokens"] == final["completion_tokens_details"]["reasoning_tokens"]
     assert final["reasoning_tokens"] == usage["reasoning_tokens"]
 
 
-def test_continuous_usage_stats_put_running_usage_on_every_text_chunk(ddtree_engine: Engine) -> None:
-    events = sse_events(ddtree_engine, "/v1/chat/completions", {
+def test_continuous_usage_stats_put_running_usage_on_every_text_chunk(dflash_engine: Engine) -> None:
+    events = sse_events(dflash_engine, "/v1/chat/completions", {
         "model": MODEL, "messages": MSG, "max_tokens": 60, "stream": True,
         "stream_options": {"include_usage": True, "continuous_usage_stats": True}})
     text_chunks = [e for e in events[1:] if isinstance(e, dict) and e.get("choices")
@@ -191,13 +194,13 @@ def test_continuous_usage_stats_put_running_usage_on_every_text_chunk(ddtree_eng
     counts = [e["usage"]["completion_tokens"] for e in text_chunks]
     assert len(counts) > 3 and counts == sorted(counts) and counts[-1] == 60
     assert "usage" not in events[0]  # the role chunk carries none, as in sglang
-    without = sse_events(ddtree_engine, "/v1/chat/completions", {
+    without = sse_events(dflash_engine, "/v1/chat/completions", {
         "model": MODEL, "messages": MSG, "max_tokens": 20, "stream": True})
     assert all("usage" not in e for e in without if isinstance(e, dict))
 
 
-def test_completions_sse_chunks_carry_usage_null_and_finish_on_the_last_text_chunk(ddtree_engine: Engine) -> None:
-    events = sse_events(ddtree_engine, "/v1/completions", {
+def test_completions_sse_chunks_carry_usage_null_and_finish_on_the_last_text_chunk(dflash_engine: Engine) -> None:
+    events = sse_events(dflash_engine, "/v1/completions", {
         "model": MODEL, "prompt": "Once upon a time", "max_tokens": 30, "stream": True,
         "stream_options": {"include_usage": True}})
     assert events[-1] == "[DONE]"
