@@ -199,7 +199,8 @@ async def run_aiperf(
         "--endpoint-type", "chat", "--streaming", "--tokenizer", str(work / "tokenizer"),
         "--input-file", str(work / "prompts.jsonl"), "--custom-dataset-type", "single_turn",
         "--concurrency", str(concurrency), "--request-count", str(requests), "--warmup-request-count", "1",
-        "--extra-inputs", f"max_tokens:{max_tokens}", "--extra-inputs", "ignore_eos:true", "--use-legacy-max-tokens",
+        "--extra-inputs", f"max_tokens:{max_tokens}", "--extra-inputs", "ignore_eos:true", "--extra-inputs",
+        "temperature:0", "--use-legacy-max-tokens",
         "--use-server-token-count", "--output-artifact-dir", str(out), "--no-auto-plot",
     ]
     # (HF_HUB_OFFLINE would make aiperf 0.13.0 take the local tokenizer directory for a hub repo id)
