@@ -1,0 +1,455 @@
+"""``python -m repro_py.tune INVENTORY --objective OBJ [options]``: find the best config and write it back.
+
+Exit codes (:class:`repro_py.exitcodes.ExitCode`): 0 the search ran to its
+end (budget, convergence or the whole space); 1 it ran, but restoring the
+default config failed, or a written change is not in effect; 2 bad command
+line, space or settings (nothing was restarted); 130 interrupted (resumable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import datetime as dt
+import json
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from repro_py import manifest
+from repro_py.atomicio import write_json_atomic
+from repro_py.cliparse import parse_or_exit_code
+from repro_py.exitcodes import ExitCode
+from repro_py.tune import ladder as laddermod
+from repro_py.tune import objectives as objmod
+from repro_py.tune import writeback
+from repro_py.tune.loop import Budget, TuneLoop
+from repro_py.tune.noise import DEFAULT_CONFIDENCE, DEFAULT_FLOOR_CV, NoiseModel
+from repro_py.tune.outcome import search_document
+from repro_py.tune.report import write_report
+from repro_py.tune.search import Search
+from repro_py.tune.settings import TuneSettings, estimate_lines
+from repro_py.tune.space import Space, load_space
+from repro_py.tune.sweepio import (
+    RUN_ID_RE,
+    STATE_COMPLETE,
+    STATE_INTERRUPTED,
+    AnsibleReconfigurer,
+    BenchPlan,
+    BundleMeasure,
+    PlanError,
+    RunDir,
+    build_report,
+    default_run_id,
+    load_target,
+    local_reconfigurer,
+    make_plan,
+    parse_extra_vars,
+    print_resume,
+)
+
+DEFAULT_MAX_RESTARTS = 12
+TOOL = "repro_py.tune"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m repro_py.tune",
+        description="Search the speculative-decoding configs of one host for the best one per objective, "
+        "restarting through the sweep's path, and write the winner back to the inventory.",
+    )
+    p.add_argument("inventory", type=Path, help="Ansible inventory (e.g. inventory/local)")
+    p.add_argument(
+        "--objective",
+        action="append",
+        default=[],
+        metavar="OBJ",
+        help="single-stream, throughput or long-context (repeatable or comma-separated; the first one's "
+        "winner is written back)",
+    )
+    p.add_argument(
+        "--space",
+        type=Path,
+        help="YAML space (configs: and/or grid:); default: the inventory's tune_space, else the built-in space",
+    )
+    budget = p.add_mutually_exclusive_group()
+    budget.add_argument(
+        "--max-restarts",
+        type=int,
+        help=f"hard limit on engine restarts, the final restore included (default {DEFAULT_MAX_RESTARTS})",
+    )
+    budget.add_argument("--max-hours", type=float, help="hard limit on the time spent restarting and measuring")
+    p.add_argument(
+        "--slo",
+        action="append",
+        default=[],
+        metavar="METRIC<=VALUE",
+        help="a constraint every winner must meet, e.g. ttft_p99_ms<=2000, single_stream_tps>=120, "
+        "coding_pass_rate>=1 (repeatable)",
+    )
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=objmod.DEFAULT_CONCURRENCY,
+        help="throughput objective's concurrency (default 32)",
+    )
+    p.add_argument(
+        "--long-context",
+        type=int,
+        default=objmod.DEFAULT_LONG_CONTEXT,
+        help="long-context objective's prompt length in tokens (default 4096)",
+    )
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=laddermod.DEFAULT_FULL_TOKENS,
+        help="output tokens at the full rung (default 512)",
+    )
+    p.add_argument(
+        "--repeats", type=int, default=laddermod.DEFAULT_FULL_REPEATS, help="repeats at the full rung (default 3)"
+    )
+    p.add_argument(
+        "--screen-tokens",
+        type=int,
+        default=laddermod.DEFAULT_SCREEN_TOKENS,
+        help="output tokens at the screen rung (default 64)",
+    )
+    p.add_argument(
+        "--screen-repeats",
+        type=int,
+        default=laddermod.DEFAULT_SCREEN_REPEATS,
+        help="repeats at the screen rung (default 3)",
+    )
+    p.add_argument(
+        "--confidence",
+        type=float,
+        default=DEFAULT_CONFIDENCE,
+        help="interval level for dropping a config and for winners (default 0.9)",
+    )
+    p.add_argument(
+        "--noise-floor",
+        type=float,
+        default=DEFAULT_FLOOR_CV,
+        help="between-restart relative noise added to every estimate (default 0.01)",
+    )
+    p.add_argument("--run-id", help="name of the run directory (default: <UTC time>-<host>)")
+    p.add_argument("--results", type=Path, default=Path("results"), help="results root (default: results/)")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue a run (its stored settings; a larger budget continues a finished search)",
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="validate the space, print the plan and estimate; run nothing"
+    )
+    write = p.add_mutually_exclusive_group()
+    write.add_argument("--write", action="store_true", help="write the winner to the inventory (after the diff)")
+    write.add_argument("--no-write", action="store_true", help="only show the diff, never ask")
+    p.add_argument("--no-restore", action="store_true", help="leave the last config running at the end")
+    p.add_argument("--limit-hosts", metavar="HOST", help="the inventory host to tune when it has several")
+    p.add_argument(
+        "-e",
+        "--extra-var",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an extra var for every reconfigure play, e.g. sglang_service_sim_speed=10",
+    )
+    p.add_argument(
+        "--reconfigurer",
+        choices=("ansible", "local"),
+        default="ansible",
+        help="ansible: playbooks/reconfigure.yml (default); local: the simulated engine as a local "
+        "process (simulated inventories only; development aid)",
+    )
+    p.add_argument("--no-report", action="store_true", help="skip the reports and the manifest at the end")
+    return p
+
+
+def _objective_names(values: Sequence[str]) -> list[str]:
+    return [part.strip() for value in values for part in value.split(",") if part.strip()]
+
+
+def _stored(run_dir: RunDir) -> dict[str, Any] | None:
+    try:
+        doc = json.loads((run_dir.path / "tune" / "settings.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _settings_from_args(args: argparse.Namespace, space: Space, host: str) -> TuneSettings:
+    all_objectives = objmod.make_objectives(
+        list(objmod.OBJECTIVE_NAMES), concurrency=args.concurrency, long_context=args.long_context
+    )
+    objectives = objmod.make_objectives(
+        _objective_names(args.objective), concurrency=args.concurrency, long_context=args.long_context
+    )
+    slos = tuple(objmod.parse_slo(text) for text in args.slo)
+    ladder = laddermod.make_ladder(
+        full_tokens=args.max_tokens,
+        full_repeats=args.repeats,
+        screen_tokens=args.screen_tokens,
+        screen_repeats=args.screen_repeats,
+    )
+    NoiseModel(floor_cv=args.noise_floor, confidence=args.confidence)  # validates both
+    return TuneSettings(
+        host=host,
+        objectives=objectives,
+        all_objectives=all_objectives,
+        slos=slos,
+        ladder=ladder,
+        confidence=args.confidence,
+        floor_cv=args.noise_floor,
+        space=space,
+        budget=Budget(max_restarts=args.max_restarts, max_hours=args.max_hours, restore=not args.no_restore),
+    )
+
+
+def print_plan(out: Console, settings: TuneSettings, plan: Any, run_id: str, first: list[str]) -> None:
+    kind = "SIMULATED " if plan.simulated else ""
+    table = Table(title=f"{kind}tuning plan {run_id}: host {plan.target.host} ({plan.target.endpoint.base_url})")
+    table.add_column("setting")
+    table.add_column("value")
+    for key, value in settings.summary_rows():
+        table.add_row(key, value)
+    table.add_row("first restarts", ", ".join(first) or "-")
+    out.print(table)
+    for line in estimate_lines(settings, plan.estimate):
+        out.print(line, highlight=False)
+
+
+def _write_back(console: Console, args: argparse.Namespace, search: Search, run_dir: RunDir, target: Any) -> int:
+    primary = search.settings.objectives[0]
+    winner = next(w for w in search.winners() if w.objective.key == primary.key)
+    if winner.label is None or winner.estimate is None:
+        console.print(f"[yellow]nothing to write back: no winner for {primary.key} ({winner.note})[/]")
+        return ExitCode.OK
+    cfg = search.space.by_label()[winner.label]
+    if not writeback.in_effect(target, cfg):
+        console.print(f"the inventory already runs the {primary.key} winner {winner.label}; nothing to write")
+        return ExitCode.OK
+    margin = "" if winner.margin is None else f", margin {winner.margin:.1%} over {winner.runner_up}"
+    confidence = "" if winner.confidence is None else f", confidence {winner.confidence:.0%}"
+    provenance = {
+        "objective": primary.title,
+        "winner": f"{winner.label}: {winner.estimate.text()} tok/s{margin}{confidence}"
+        + (" (SIMULATED engine)" if target.simulated else ""),
+        "run id": run_dir.run_id,
+        "manifest sha256": writeback.manifest_sha256(run_dir.path),
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
+        "report": f"{run_dir.path / 'tune' / 'report.md'}",
+    }
+    try:
+        change = writeback.propose(args.inventory, target.host, cfg, provenance)
+    except writeback.WriteBackError as exc:
+        console.print(f"[red]write-back refused: {exc}[/]")
+        return ExitCode.FAILURE
+    console.print(f"proposed change to the inventory ({change.path}):")
+    console.print(change.diff(), markup=False, highlight=False, soft_wrap=True)
+    do_write = args.write
+    if not do_write and not args.no_write and sys.stdin.isatty():
+        answer = console.input(f"write {change.path}? [y/N] ")
+        do_write = answer.strip().lower() in {"y", "yes"}
+    if not do_write:
+        results = "" if args.results == Path("results") else f" --results {shlex.quote(str(args.results))}"
+        command = f"python -m {TOOL} {shlex.quote(str(args.inventory))} --resume --run-id {run_dir.run_id}{results}"
+        console.print(f"not written; to write it: {command} --write", markup=False, highlight=False, soft_wrap=True)
+        return ExitCode.OK
+    remaining = writeback.write(change, args.inventory, target.host, cfg)
+    if remaining:
+        console.print(f"[red]{change.path} was written but is not in effect:[/]")
+        for line in remaining:
+            console.print(f"  - {line}", markup=False, highlight=False)
+        return ExitCode.FAILURE
+    console.print(
+        f"written {change.path}; ansible-inventory now resolves {winner.label} for {target.host}. "
+        f"Apply it with: ansible-playbook -i {args.inventory} site.yml",
+        highlight=False,
+    )
+    return ExitCode.OK
+
+
+def print_winners(out: Console, search: Search) -> None:
+    table = Table(title="winners")
+    for col in ("objective", "winner", "tok/s (interval)", "runner-up", "margin", "confidence"):
+        table.add_column(col)
+    for w in search.winners():
+        table.add_row(
+            w.objective.title,
+            w.label or "-",
+            "-" if w.estimate is None else f"{w.estimate.mean:.1f} ({w.estimate.low:.1f}..{w.estimate.high:.1f})",
+            w.runner_up or "-",
+            "-" if w.margin is None else f"{w.margin:.1%}",
+            "-" if w.confidence is None else f"{w.confidence:.0%}",
+        )
+    out.print(table)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parsed = parse_or_exit_code(build_parser(), argv)
+    if isinstance(parsed, int):
+        return parsed
+    args = parsed
+    console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+    out = Console(width=None if sys.stdout.isatty() else 160)
+    bundle = Path(__file__).resolve().parents[2]
+    results_root: Path = args.results
+    try:
+        if not args.inventory.exists():
+            raise PlanError([f"inventory {args.inventory} does not exist"])
+        if args.run_id is not None and not RUN_ID_RE.match(args.run_id):
+            raise PlanError([f"--run-id {args.run_id!r}: letters, digits, '.', '_' and '-' only"])
+        target = load_target(args.inventory, limit=args.limit_hosts)
+        if args.reconfigurer == "local" and not target.simulated:
+            raise PlanError(["--reconfigurer local runs the simulated engine; this inventory's engine is real"])
+        run_dir: RunDir | None = None
+        stored: dict[str, Any] | None = None
+        if args.resume:
+            if not args.run_id:
+                raise PlanError(["--resume needs --run-id (the run to continue)"])
+            run_dir = RunDir(results_root / args.run_id)
+            stored = _stored(run_dir)
+            if stored is None:
+                raise PlanError([f"--resume: {run_dir.path / 'tune' / 'settings.json'} is missing or unreadable"])
+            if stored.get("host") != target.host:
+                raise PlanError([f"--resume: run {run_dir.run_id} tuned host {stored.get('host')}, not {target.host}"])
+            settings = TuneSettings.from_dict(stored, target, args)
+        else:
+            if not args.objective:
+                raise PlanError([f"--objective is required; allowed: {', '.join(objmod.OBJECTIVE_NAMES)}"])
+            space = load_space(target, args.space)
+            settings = _settings_from_args(args, space, target.host)
+            if settings.budget.max_restarts is None and settings.budget.max_hours is None:
+                settings = dataclasses.replace(
+                    settings, budget=dataclasses.replace(settings.budget, max_restarts=DEFAULT_MAX_RESTARTS)
+                )
+        extra_vars = parse_extra_vars(args.extra_var) or dict((stored or {}).get("extra_vars") or {})
+        cells = settings.bench_cells()
+        plan = make_plan(
+            target,
+            list(settings.space.raws),
+            grid_source=f"tune space: {settings.space.source}",
+            bench=BenchPlan(
+                contexts=tuple(sorted({c.context for c in cells})),
+                concurrency=tuple(sorted({c.concurrency for c in cells})),
+                repeats=settings.ladder[-1].repeats,
+                max_tokens=settings.ladder[-1].max_tokens,
+            ),
+            results_root=results_root,
+        )
+    except (PlanError, objmod.ObjectiveError, laddermod.LadderError, ValueError) as exc:
+        problems = exc.problems if isinstance(exc, PlanError) else [str(exc)]
+        console.print("[red]the tuning run was refused; nothing was restarted:[/]")
+        for problem in problems:
+            console.print(f"  - {problem}", markup=False, highlight=False)
+        return ExitCode.USAGE
+
+    run_id = run_dir.run_id if run_dir else (args.run_id or default_run_id(target))
+    search = Search(settings.space, settings.search_settings(), settings.noise_model(), default=plan.default_config)
+    preview = Search(settings.space, settings.search_settings(), settings.noise_model(), default=plan.default_config)
+    first = ["(continues the stored search)"] if args.resume else []
+    for _ in range(0 if args.resume else 3):
+        proposal = preview.propose()
+        if proposal is None:
+            break
+        preview.start(proposal)
+        first.append(proposal.cfg.label)
+    print_plan(out, settings, plan, run_id, first)
+    if args.dry_run:
+        return ExitCode.OK
+
+    if run_dir is None:
+        run_dir = RunDir(results_root / run_id)
+        if run_dir.path.exists():
+            console.print(f"[red]{run_dir.path} exists; pass --resume to continue it or another --run-id[/]")
+            return ExitCode.USAGE
+    run_dir.path.mkdir(parents=True, exist_ok=True)
+    reconfigurer: Any
+    if args.reconfigurer == "local":
+        local_target, reconfigurer = local_reconfigurer(plan.target)
+        plan = dataclasses.replace(plan, target=local_target)
+    else:
+        reconfigurer = AnsibleReconfigurer(bundle, plan.target, limit=args.limit_hosts, extra_vars=extra_vars)
+        if not reconfigurer.available():
+            console.print(f"[red]{reconfigurer.playbook} does not exist[/]")
+            return ExitCode.USAGE
+    settings_doc = settings.as_dict()
+    settings_doc["extra_vars"] = extra_vars
+    settings_doc["reconfigurer"] = args.reconfigurer
+    write_json_atomic(run_dir.path / "tune" / "settings.json", settings_doc)
+    plan_doc = plan.as_dict(run_id)
+    plan_doc.update(configs=[], extra_vars=extra_vars, reconfigurer=args.reconfigurer, tool=TOOL)
+    if not run_dir.plan.is_file():
+        write_json_atomic(run_dir.plan, plan_doc)
+
+    loop = TuneLoop(
+        plan, search, run_dir, reconfigurer, BundleMeasure(), bundle=bundle, budget=settings.budget, console=console
+    )
+    finished = (
+        args.resume
+        and run_dir.read_state().get("status") == STATE_COMPLETE
+        and not (args.max_restarts or args.max_hours)
+    )
+    try:
+        if finished:
+            loop.replay()
+            outcome_stop = str(run_dir.read_state().get("stop_reason") or "complete")
+            restore: dict[str, Any] | None = run_dir.read_state().get("restore")
+            interrupted = False
+        else:
+            result = asyncio.run(loop.run())
+            outcome_stop, restore, interrupted = result.stop_reason, result.restore, result.interrupted
+    except KeyboardInterrupt:
+        run_dir.write_state(STATE_INTERRUPTED, reason="KeyboardInterrupt")
+        print_resume(console, "interrupted", str(args.inventory), run_id, tool=TOOL, results=results_root)
+        return ExitCode.INTERRUPTED
+    finally:
+        reconfigurer.close()
+    if interrupted:
+        print_resume(
+            console,
+            f"interrupted after {len(search.records)} configs; results so far in {run_dir.path}",
+            str(args.inventory),
+            run_id,
+            tool=TOOL,
+            results=results_root,
+        )
+        return ExitCode.INTERRUPTED
+
+    search.fit_surrogates()
+    restarts = len(search.records) + (1 if (restore or {}).get("status") in ("ok", "failed") else 0)
+    doc = search_document(search, stop_reason=outcome_stop, settings=settings_doc, restarts=restarts)
+    console.print(f"tuning {run_id}: {len(search.records)} configs restarted of {len(settings.space)}; {outcome_stop}")
+    print_winners(out, search)
+    for line in doc["versus"]:
+        out.print(line, highlight=False)
+    if not args.no_report:
+        build_report(run_dir.path)
+        paths = write_report(doc, run_dir.path)
+        manifest.write(run_dir.path)
+        console.print(
+            f"report: {paths['report_md']}  (sweep view: {run_dir.path / 'summary.md'})  manifest: "
+            f"{run_dir.path / manifest.MANIFEST_NAME}"
+        )
+    else:
+        write_json_atomic(run_dir.path / "tune" / "search.json", doc)
+    code = ExitCode.OK
+    if (restore or {}).get("status") == "failed":
+        console.print(f"[red]restoring the default config failed: {(restore or {}).get('reason')}[/]")
+        code = ExitCode.FAILURE
+    if args.no_report:
+        console.print("[yellow]--no-report: no manifest, so nothing is written back (provenance needs it)[/]")
+        return code
+    wrote = _write_back(console, args, search, run_dir, target)
+    return code if wrote == ExitCode.OK else wrote
+
+
+if __name__ == "__main__":
+    sys.exit(main())
