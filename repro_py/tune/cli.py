@@ -143,7 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--resume",
         action="store_true",
-        help="continue a run (its stored settings; a larger budget continues a finished search)",
+        help="continue a run: --run-id, else the latest unfinished tuning run (its stored settings; a larger "
+        "budget continues a finished search)",
     )
     p.add_argument(
         "--dry-run", action="store_true", help="validate the space, print the plan and estimate; run nothing"
@@ -182,6 +183,22 @@ def _stored(run_dir: RunDir) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return doc if isinstance(doc, dict) else None
+
+
+def latest_tuning_run(results_root: Path) -> Path | None:
+    """The most recently updated tuning run under ``results_root`` that did not complete."""
+    best: tuple[str, Path] | None = None
+    if not results_root.is_dir():
+        return None
+    for child in results_root.iterdir():
+        run = RunDir(child)
+        doc = run.read_state()
+        if not (child / "tune" / "settings.json").is_file() or doc.get("status") == STATE_COMPLETE:
+            continue
+        stamp = str(doc.get("updated_at") or "")
+        if best is None or stamp > best[0]:
+            best = (stamp, child)
+    return None if best is None else best[1]
 
 
 def _settings_from_args(args: argparse.Namespace, space: Space, host: str) -> TuneSettings:
@@ -312,9 +329,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_dir: RunDir | None = None
         stored: dict[str, Any] | None = None
         if args.resume:
-            if not args.run_id:
-                raise PlanError(["--resume needs --run-id (the run to continue)"])
-            run_dir = RunDir(results_root / args.run_id)
+            found = results_root / args.run_id if args.run_id else latest_tuning_run(results_root)
+            if found is None:
+                raise PlanError([f"--resume: no unfinished tuning run under {results_root}; pass --run-id"])
+            run_dir = RunDir(found)
             stored = _stored(run_dir)
             if stored is None:
                 raise PlanError([f"--resume: {run_dir.path / 'tune' / 'settings.json'} is missing or unreadable"])

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import statistics
 import time
 from pathlib import Path
@@ -27,6 +28,7 @@ from rich.markup import escape
 
 from repro_py.atomicio import write_json_atomic
 from repro_py.tune.measure import TunerMeasure
+from repro_py.tune.outcome import latest_figures, outcome_text
 from repro_py.tune.search import Search
 from repro_py.tune.sweepio import (
     STATE_COMPLETE,
@@ -161,11 +163,8 @@ class TuneLoop:
         return await self.runner.run_guarded(self._run)
 
     def _write_progress(self) -> None:
-        plan_doc: dict[str, Any] = {}
         try:
-            import json  # noqa: PLC0415
-
-            plan_doc = json.loads(self.run_dir.plan.read_text(encoding="utf-8"))
+            plan_doc: dict[str, Any] = json.loads(self.run_dir.plan.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             plan_doc = {}
         measured = sorted(self.search.records.values(), key=lambda r: r.order)
@@ -199,7 +198,8 @@ class TuneLoop:
                 break
             rec = self.search.finish(rec.label, result)
             outcome.measured_this_session.append(rec.label)
-            self.console.print(f"  -> {escape(_summary(self.search, rec))} ({rec.wall_s:.1f} s)", highlight=False)
+            line = f"{latest_figures(self.search, rec)}; {outcome_text(rec, self.search)}"
+            self.console.print(f"  -> {escape(line)} ({rec.wall_s:.1f} s)", highlight=False)
             self._write_progress()
         outcome.restarts = self.restarts_used()
         if cancel.is_set():
@@ -224,26 +224,3 @@ class TuneLoop:
         self.run_dir.write_state(STATE_COMPLETE, restore=outcome.restore, stop_reason=outcome.stop_reason)
         outcome.wall_s = time.monotonic() - t0
         return outcome
-
-
-def _summary(search: Search, rec: Any) -> str:
-    """One line per finished config: how far it got and why it stopped."""
-    if rec.status == "failed":
-        return f"failed: {rec.failure}"
-    parts = []
-    for obj in search.settings.objectives:
-        where = rec.dropped_at(obj.key)
-        est = None
-        for rung in reversed(rec.rungs):
-            est = search.estimate(rec, rung.name, obj.key)
-            if est is not None:
-                shown = f"{obj.key} {est.text()} tok/s at {rung.name}"
-                break
-        else:
-            shown = f"{obj.key} -"
-        if where is not None:
-            shown += f", dropped at {where[0]}"
-        parts.append(shown)
-    gates = f"gates {rec.gates}" + (f" ({rec.gates_reason})" if rec.gates == "FAIL" and rec.gates_reason else "")
-    slo = f"; SLO: {', '.join(rec.slo_failures)}" if rec.slo_failures else ""
-    return "; ".join(parts) + f"; {gates}{slo}"

@@ -30,6 +30,20 @@ def rung_view(search: Search, rec: Record) -> dict[str, Any]:
     return out
 
 
+def latest_figures(search: Search, rec: Record) -> str:
+    """Each objective's figure at the last rung that measured it."""
+    parts = []
+    for obj in search.settings.objectives:
+        shown = f"{obj.key} -"
+        for rung in reversed(rec.rungs):
+            est = search.estimate(rec, rung.name, obj.key)
+            if est is not None:
+                shown = f"{obj.key} {est.text()} tok/s at {rung.name}"
+                break
+        parts.append(shown)
+    return "; ".join(parts)
+
+
 def outcome_text(rec: Record, search: Search) -> str:
     """How one config ended, in a few words."""
     if rec.status == "failed":

@@ -126,3 +126,25 @@ def test_a_real_run_on_local_engines_reports_resumes_and_writes_back(
         assert "written" in capsys.readouterr().err
     else:
         assert "already runs" in out
+
+
+def test_resume_without_a_run_id_takes_the_latest_unfinished_tuning_run(
+    tmp_path: Path, inventory: Path, capsys
+) -> None:
+    from repro_py.tune.cli import latest_tuning_run  # noqa: PLC0415
+
+    for name, status, stamp, tuning in (
+        ("old", "interrupted", "2025-01-01T00:00:00+00:00", True),
+        ("new", "interrupted", "2025-01-02T00:00:00+00:00", True),
+        ("done", "complete", "2025-01-03T00:00:00+00:00", True),
+        ("sweep", "interrupted", "2025-01-04T00:00:00+00:00", False),
+    ):
+        run = tmp_path / "results" / name
+        (run / "tune").mkdir(parents=True)
+        (run / "state.json").write_text(json.dumps({"status": status, "updated_at": stamp}))
+        if tuning:
+            (run / "tune" / "settings.json").write_text("{}")
+    assert latest_tuning_run(tmp_path / "results") == tmp_path / "results" / "new"
+    assert latest_tuning_run(tmp_path / "none") is None
+    assert main([str(inventory), "--resume", "--results", str(tmp_path / "empty")]) == ExitCode.USAGE
+    assert "no unfinished tuning run under" in capsys.readouterr().err
