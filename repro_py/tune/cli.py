@@ -11,16 +11,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import datetime as dt
 import json
-import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from repro_py import manifest
 from repro_py.atomicio import write_json_atomic
@@ -28,13 +25,13 @@ from repro_py.cliparse import parse_or_exit_code
 from repro_py.exitcodes import ExitCode
 from repro_py.tune import ladder as laddermod
 from repro_py.tune import objectives as objmod
-from repro_py.tune import writeback
+from repro_py.tune import summary, writeback
 from repro_py.tune.loop import Budget, TuneLoop
 from repro_py.tune.noise import DEFAULT_CONFIDENCE, DEFAULT_FLOOR_CV, NoiseModel
 from repro_py.tune.outcome import search_document
 from repro_py.tune.report import write_report
 from repro_py.tune.search import Search
-from repro_py.tune.settings import TuneSettings, estimate_lines
+from repro_py.tune.settings import TuneSettings
 from repro_py.tune.space import Space, load_space
 from repro_py.tune.sweepio import (
     RUN_ID_RE,
@@ -229,86 +226,6 @@ def _settings_from_args(args: argparse.Namespace, space: Space, host: str) -> Tu
     )
 
 
-def print_plan(out: Console, settings: TuneSettings, plan: Any, run_id: str, first: list[str]) -> None:
-    kind = "SIMULATED " if plan.simulated else ""
-    table = Table(title=f"{kind}tuning plan {run_id}: host {plan.target.host} ({plan.target.endpoint.base_url})")
-    table.add_column("setting")
-    table.add_column("value")
-    for key, value in settings.summary_rows():
-        table.add_row(key, value)
-    table.add_row("first restarts", ", ".join(first) or "-")
-    out.print(table)
-    for line in estimate_lines(settings, plan.estimate):
-        out.print(line, highlight=False)
-
-
-def _write_back(console: Console, args: argparse.Namespace, search: Search, run_dir: RunDir, target: Any) -> int:
-    primary = search.settings.objectives[0]
-    winner = next(w for w in search.winners() if w.objective.key == primary.key)
-    if winner.label is None or winner.estimate is None:
-        console.print(f"[yellow]nothing to write back: no winner for {primary.key} ({winner.note})[/]")
-        return ExitCode.OK
-    cfg = search.space.by_label()[winner.label]
-    if not writeback.in_effect(target, cfg):
-        console.print(f"the inventory already runs the {primary.key} winner {winner.label}; nothing to write")
-        return ExitCode.OK
-    margin = "" if winner.margin is None else f", margin {winner.margin:.1%} over {winner.runner_up}"
-    confidence = "" if winner.confidence is None else f", confidence {winner.confidence:.0%}"
-    provenance = {
-        "objective": primary.title,
-        "winner": f"{winner.label}: {winner.estimate.text()} tok/s{margin}{confidence}"
-        + (" (SIMULATED engine)" if target.simulated else ""),
-        "run id": run_dir.run_id,
-        "manifest sha256": writeback.manifest_sha256(run_dir.path),
-        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
-        "report": f"{run_dir.path / 'tune' / 'report.md'}",
-    }
-    try:
-        change = writeback.propose(args.inventory, target.host, cfg, provenance)
-    except writeback.WriteBackError as exc:
-        console.print(f"[red]write-back refused: {exc}[/]")
-        return ExitCode.FAILURE
-    console.print(f"proposed change to the inventory ({change.path}):")
-    console.print(change.diff(), markup=False, highlight=False, soft_wrap=True)
-    do_write = args.write
-    if not do_write and not args.no_write and sys.stdin.isatty():
-        answer = console.input(f"write {change.path}? [y/N] ")
-        do_write = answer.strip().lower() in {"y", "yes"}
-    if not do_write:
-        results = "" if args.results == Path("results") else f" --results {shlex.quote(str(args.results))}"
-        command = f"python -m {TOOL} {shlex.quote(str(args.inventory))} --resume --run-id {run_dir.run_id}{results}"
-        console.print(f"not written; to write it: {command} --write", markup=False, highlight=False, soft_wrap=True)
-        return ExitCode.OK
-    remaining = writeback.write(change, args.inventory, target.host, cfg)
-    if remaining:
-        console.print(f"[red]{change.path} was written but is not in effect:[/]")
-        for line in remaining:
-            console.print(f"  - {line}", markup=False, highlight=False)
-        return ExitCode.FAILURE
-    console.print(
-        f"written {change.path}; ansible-inventory now resolves {winner.label} for {target.host}. "
-        f"Apply it with: ansible-playbook -i {args.inventory} site.yml",
-        highlight=False,
-    )
-    return ExitCode.OK
-
-
-def print_winners(out: Console, search: Search) -> None:
-    table = Table(title="winners")
-    for col in ("objective", "winner", "tok/s (interval)", "runner-up", "margin", "confidence"):
-        table.add_column(col)
-    for w in search.winners():
-        table.add_row(
-            w.objective.title,
-            w.label or "-",
-            "-" if w.estimate is None else f"{w.estimate.mean:.1f} ({w.estimate.low:.1f}..{w.estimate.high:.1f})",
-            w.runner_up or "-",
-            "-" if w.margin is None else f"{w.margin:.1%}",
-            "-" if w.confidence is None else f"{w.confidence:.0%}",
-        )
-    out.print(table)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parsed = parse_or_exit_code(build_parser(), argv)
     if isinstance(parsed, int):
@@ -379,7 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             break
         preview.start(proposal)
         first.append(proposal.cfg.label)
-    print_plan(out, settings, plan, run_id, first)
+    summary.print_plan(out, settings, plan, run_id, first)
     if args.dry_run:
         return ExitCode.OK
 
@@ -445,7 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     restarts = len(search.records) + (1 if (restore or {}).get("status") in ("ok", "failed") else 0)
     doc = search_document(search, stop_reason=outcome_stop, settings=settings_doc, restarts=restarts)
     console.print(f"tuning {run_id}: {len(search.records)} configs restarted of {len(settings.space)}; {outcome_stop}")
-    print_winners(out, search)
+    summary.print_winners(out, search)
     for line in doc["versus"]:
         out.print(line, highlight=False)
     if not args.no_report:
@@ -465,7 +382,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.no_report:
         console.print("[yellow]--no-report: no manifest, so nothing is written back (provenance needs it)[/]")
         return code
-    wrote = _write_back(console, args, search, run_dir, target)
+    wrote = writeback.offer(
+        console,
+        search,
+        run_dir,
+        target,
+        inventory=args.inventory,
+        results=args.results,
+        write=args.write,
+        ask=not args.no_write and sys.stdin.isatty(),
+    )
     return code if wrote == ExitCode.OK else wrote
 
 

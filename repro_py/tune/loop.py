@@ -114,7 +114,11 @@ class TuneLoop:
         """Rebuild the search from this run's result files whose fingerprint still stands."""
         reused: list[str] = []
         docs = sorted(
-            self.run_dir.results(), key=lambda d: int(((d.get("bench") or {}).get("tune") or {}).get("order") or 0)
+            self.run_dir.results(),
+            key=lambda d: (
+                str(d.get("started_at") or ""),
+                int(((d.get("bench") or {}).get("tune") or {}).get("order") or 0),
+            ),
         )
         by_label = self.search.space.by_label()
         for doc in docs:

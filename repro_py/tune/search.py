@@ -1,37 +1,20 @@
-"""The search: which config to restart next, whether a config goes up the ladder, who wins.
-
-Order of proposals:
-
-1. the autoregressive baseline, when the space has it: it is the lossless
-   reference every later config's outputs are compared with (as in a sweep);
-2. the inventory's current config (``sweep_default_config``), the one to beat;
-3. an initial design: the configs farthest (maximin, in the surrogate's
-   feature space) from those measured so far, until ``init_design``
-   speculative configs are in;
-4. then, per objective, the unmeasured config with the highest upper
-   confidence bound (``kappa`` standard deviations) of the surrogate of its
-   screened tok/s; the objective whose candidate promises the largest gain
-   over its current winner goes next.
-
-The search stops (before the restart budget, which the loop enforces) when
-no unmeasured config's upper bound exceeds the current winner of any
-objective, or when the space is exhausted.
+"""The search state: what each restarted config showed, whether it goes up the ladder, who wins.
 
 Within a restart, :meth:`Search.judge` applies the racing rule of
-:mod:`repro_py.tune.ladder` per objective and the SLOs; a config that
-survives the last rung is gated (coding, lossless, config echo) before it can
-win.
+:mod:`repro_py.tune.ladder` per objective and the SLOs after every rung; a
+config that survives the last rung is gated (coding, lossless, config echo)
+before it can win (:meth:`Search.wants_gates`), and :meth:`Search.finish`
+records how it ended from its result file (also what ``--resume`` replays).
+Which config to restart next is :mod:`repro_py.tune.proposals`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
+from repro_py.tune import proposals
 from repro_py.tune.ladder import Rung, race
 from repro_py.tune.noise import Estimate, NoiseModel, prob_greater
 from repro_py.tune.objectives import (
@@ -44,6 +27,7 @@ from repro_py.tune.objectives import (
     slo_cells,
     step_ms,
 )
+from repro_py.tune.proposals import Proposal
 from repro_py.tune.records import (
     FAILED,
     GATES_FAIL,
@@ -54,7 +38,7 @@ from repro_py.tune.records import (
     RungData,
 )
 from repro_py.tune.space import Space
-from repro_py.tune.surrogate import Observation, Surrogate, accept_features, step_features
+from repro_py.tune.surrogate import Surrogate
 from repro_py.tune.sweepio import PlannedConfig
 
 DEFAULT_INIT_DESIGN = 4
@@ -108,15 +92,6 @@ class Winner:
             "confidence": self.confidence,
             "note": self.note,
         }
-
-
-@dataclasses.dataclass(frozen=True)
-class Proposal:
-    cfg: PlannedConfig
-    reason: str
-    objective: str | None = None
-    predicted: float | None = None  # surrogate mean (screen scale), tok/s
-    upper: float | None = None
 
 
 class Search:
@@ -376,139 +351,15 @@ class Search:
             out.append(Winner(obj, best.label, best_est, runner.label, runner_est, conf, note))
         return out
 
-    # ------------------------------------------------------------ proposals
-
-    def equivalence_key(self, cfg: PlannedConfig) -> tuple[object, ...]:
-        """Configs with the same key behave the same for every objective of this run (e.g. a 2048-token draft
-        window and a full draft cache at a 60-token context): only one of them is ever restarted."""
-        parts: list[object] = [cfg.spec.algorithm, cfg.sim_fault]
-        if cfg.spec.algorithm != "none":
-            for obj in self.settings.objectives:
-                parts += [*accept_features(cfg.spec, obj.cell.context), *step_features(cfg.spec, obj.cell.context)]
-        return tuple(parts)
-
-    def equivalent_of(self, cfg: PlannedConfig) -> str | None:
-        key = self.equivalence_key(cfg)
-        return next((r.label for r in self.records.values() if self.equivalence_key(r.cfg) == key), None)
-
-    def _unmeasured(self) -> list[PlannedConfig]:
-        measured = {self.equivalence_key(r.cfg) for r in self.records.values()}
-        return [
-            c for c in self.space.configs if c.label not in self.records and self.equivalence_key(c) not in measured
-        ]
-
-    def _features(self, cfgs: Sequence[PlannedConfig]) -> np.ndarray[Any, np.dtype[np.float64]]:
-        context = max(o.cell.context for o in self.settings.objectives)
-        return np.array([[*accept_features(c.spec, context), math.log2(c.spec.verify_width)] for c in cfgs])
-
-    def _maximin(self, pool: list[PlannedConfig]) -> PlannedConfig:
-        chosen = [r.cfg for r in self.records.values() if r.cfg.spec.algorithm != "none"]
-        if not chosen:
-            return pool[0]
-        dist = np.min(
-            np.linalg.norm(self._features(pool)[:, None, :] - self._features(chosen)[None, :, :], axis=2), axis=1
-        )
-        return pool[int(np.argmax(dist))]
-
-    def observations(self, obj: Objective) -> list[Observation]:
-        out: list[Observation] = []
-        rel_se = math.sqrt(
-            self.noise.rel_variance(self.screen, obj.key) / max(1, self.settings.ladder[0].repeats)
-            + self.noise.floor_cv**2
-        )
-        for rec in self.records.values():
-            data = rec.rung(self.screen)
-            if data is None or obj.key not in data.tps or rec.gates == GATES_FAIL:
-                continue
-            values = data.tps[obj.key]
-            out.append(
-                Observation(
-                    rec.cfg.spec, sum(values) / len(values), data.accept.get(obj.key), data.step_ms.get(obj.key), rel_se
-                )
-            )
-        return out
-
-    def fit_surrogates(self) -> dict[str, Surrogate]:
-        """Fit (or refit) the surrogate of every objective on the screened configs so far."""
-        for obj in self.settings.objectives:
-            self.surrogates[obj.key] = Surrogate(obj.cell.context, obj.cell.concurrency).fit(self.observations(obj))
-        return self.surrogates
-
-    def _local_check(self, pool: list[PlannedConfig]) -> Proposal | None:
-        """Before stopping: a neighbour of a current winner that was never measured (the surrogate is smooth
-        and can round off a sharp optimum; one step in each setting around the winner checks it)."""
-        open_labels = {c.label for c in pool}
-        for obj in self.settings.objectives:
-            ranked = self.ranked(obj)
-            if not ranked:
-                continue
-            winner = ranked[0][0].cfg
-            near = [c for c in self.space.neighbours(winner) if c.label in open_labels]
-            if not near:
-                continue
-            surrogate = self.surrogates.get(obj.key)
-            if surrogate is not None and surrogate.fitted:
-                mu, sd = surrogate.predict([c.spec for c in near])
-                pick = near[int(np.argmax(mu + self.settings.kappa * sd))]
-            else:
-                pick = near[0]
-            return Proposal(
-                pick, f"local check for {obj.key}: a neighbour of the winner {winner.label} not yet measured", obj.key
-            )
-        return None
+    # ------------------------------------------------------------ proposals (repro_py.tune.proposals)
 
     def propose(self) -> Proposal | None:
-        pool = self._unmeasured()
-        if not pool:
-            self.stop_reason = (
-                "every config of the space was measured (or one that behaves the same for these objectives)"
-            )
-            return None
-        baseline = next((c for c in pool if c.spec.algorithm == "none"), None)
-        if baseline is not None:
-            return Proposal(baseline, "lossless reference: the autoregressive baseline runs first, as in a sweep")
-        if self.default is not None and self.default.label not in self.records:
-            return Proposal(self.default, "the inventory's current config (the one to beat)")
-        speculative = [c for c in pool if c.spec.algorithm != "none"]
-        measured = sum(1 for r in self.records.values() if r.cfg.spec.algorithm != "none")
-        if measured < self.settings.init_design:
-            return Proposal(self._maximin(speculative), "initial design: the config farthest from those measured")
-        best: tuple[float, Proposal] | None = None
-        for obj in self.settings.objectives:
-            surrogate = Surrogate(obj.cell.context, obj.cell.concurrency).fit(self.observations(obj))
-            self.surrogates[obj.key] = surrogate
-            if not surrogate.fitted:
-                return Proposal(self._maximin(speculative), "initial design: too few screened configs to fit")
-            mu, sd = surrogate.predict([c.spec for c in speculative])
-            upper = np.exp(mu + self.settings.kappa * sd)
-            index = int(np.argmax(upper))
-            ranked = self.ranked(obj)
-            if ranked:
-                inc_mu, _ = surrogate.predict([ranked[0][0].cfg.spec])
-                incumbent = float(np.exp(inc_mu[0]))
-                gain = float(upper[index]) / incumbent - 1.0
-                why = f"{gain:+.1%} over its {incumbent:.1f} for the winner so far {ranked[0][0].label}"
-            else:
-                gain, why = math.inf, "no winner yet"
-            proposal = Proposal(
-                speculative[index],
-                f"surrogate ({surrogate.mode}) for {obj.key}: predicted {math.exp(mu[index]):.1f} tok/s, upper bound "
-                f"{upper[index]:.1f}, {why}",
-                obj.key,
-                math.exp(mu[index]),
-                float(upper[index]),
-            )
-            if best is None or gain > best[0]:
-                best = (gain, proposal)
-        assert best is not None
-        if best[0] <= self.settings.min_gain:
-            local = self._local_check(pool)
-            if local is not None:
-                return local
-            self.stop_reason = (
-                f"converged: no unmeasured config's upper bound ({self.settings.kappa:g} sd) beats the current "
-                f"winner of any objective by more than {self.settings.min_gain:.0%}, and every neighbour of each "
-                "winner was measured"
-            )
-            return None
-        return best[1]
+        """The next config to restart, or None (``stop_reason`` says why)."""
+        return proposals.propose(self)
+
+    def fit_surrogates(self) -> dict[str, Surrogate]:
+        """Fit (or refit) the surrogate of every objective on the screened configs so far (for the report)."""
+        return proposals.fit_surrogates(self)
+
+    def equivalence_key(self, cfg: PlannedConfig) -> tuple[object, ...]:
+        return proposals.equivalence_key(self, cfg)

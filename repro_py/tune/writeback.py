@@ -19,16 +19,21 @@ not in effect.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import difflib
 import hashlib
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
+from rich.console import Console
 
 from repro_py.atomicio import write_text_atomic
-from repro_py.tune.sweepio import PlannedConfig, Target, load_target
+from repro_py.exitcodes import ExitCode
+from repro_py.tune.search import Search
+from repro_py.tune.sweepio import PlannedConfig, RunDir, Target, load_target
 
 #: short key -> the sglang_service role variable it sets (roles/sglang_service/tasks/resolve.yml maps the same way)
 ROLE_VARS: dict[str, str] = {
@@ -57,10 +62,7 @@ class Change:
         return self.old != self.new
 
     def diff(self) -> str:
-        try:
-            shown = str(self.path.resolve().relative_to(Path.cwd().resolve()))
-        except ValueError:
-            shown = str(self.path)
+        shown = _shown(self.path)
         return "".join(
             difflib.unified_diff(
                 self.old.splitlines(keepends=True),
@@ -122,7 +124,76 @@ def in_effect(target: Target, cfg: PlannedConfig) -> list[str]:
     return out
 
 
-def write(change: Change, inventory: Path, host: str, cfg: PlannedConfig) -> list[str]:
+def write_change(change: Change, inventory: Path, host: str, cfg: PlannedConfig) -> list[str]:
     """Write the file atomically, read the inventory back; the differences that remain (empty: in effect)."""
     write_text_atomic(change.path, change.new)
     return in_effect(load_target(inventory, limit=host), cfg)
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def offer(
+    console: Console,
+    search: Search,
+    run_dir: RunDir,
+    target: Target,
+    *,
+    inventory: Path,
+    results: Path,
+    write: bool,
+    ask: bool,
+) -> int:
+    """Show the first objective's winner as a diff of the inventory; write it when ``write`` (or the answer
+    to the question, when ``ask``); the exit code."""
+    primary = search.settings.objectives[0]
+    winner = next(w for w in search.winners() if w.objective.key == primary.key)
+    if winner.label is None or winner.estimate is None:
+        console.print(f"[yellow]nothing to write back: no winner for {primary.key} ({winner.note})[/]")
+        return ExitCode.OK
+    cfg = search.space.by_label()[winner.label]
+    if not in_effect(target, cfg):
+        console.print(f"the inventory already runs the {primary.key} winner {winner.label}; nothing to write")
+        return ExitCode.OK
+    margin = "" if winner.margin is None else f", margin {winner.margin:.1%} over {winner.runner_up}"
+    confidence = "" if winner.confidence is None else f", confidence {winner.confidence:.0%}"
+    provenance = {
+        "objective": primary.title,
+        "winner": f"{winner.label}: {winner.estimate.text()} tok/s{margin}{confidence}"
+        + (" (SIMULATED engine)" if target.simulated else ""),
+        "run id": run_dir.run_id,
+        "manifest sha256": manifest_sha256(run_dir.path),
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
+        "report": _shown(run_dir.path / "tune" / "report.md"),
+    }
+    try:
+        change = propose(inventory, target.host, cfg, provenance)
+    except WriteBackError as exc:
+        console.print(f"[red]write-back refused: {exc}[/]")
+        return ExitCode.FAILURE
+    console.print(f"proposed change to the inventory ({change.path}):")
+    console.print(change.diff(), markup=False, highlight=False, soft_wrap=True)
+    do_write = write
+    if not do_write and ask:
+        do_write = console.input(f"write {change.path}? [y/N] ").strip().lower() in {"y", "yes"}
+    if not do_write:
+        where = "" if results == Path("results") else f" --results {shlex.quote(str(results))}"
+        command = f"python -m repro_py.tune {shlex.quote(str(inventory))} --resume --run-id {run_dir.run_id}{where}"
+        console.print(f"not written; to write it: {command} --write", markup=False, highlight=False, soft_wrap=True)
+        return ExitCode.OK
+    remaining = write_change(change, inventory, target.host, cfg)
+    if remaining:
+        console.print(f"[red]{change.path} was written but is not in effect:[/]")
+        for line in remaining:
+            console.print(f"  - {line}", markup=False, highlight=False)
+        return ExitCode.FAILURE
+    console.print(
+        f"written {change.path}; ansible-inventory now resolves {winner.label} for {target.host}. "
+        f"Apply it with: ansible-playbook -i {inventory} site.yml",
+        highlight=False,
+    )
+    return ExitCode.OK
