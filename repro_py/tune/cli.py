@@ -44,6 +44,7 @@ from repro_py.tune.sweepio import (
     RunDir,
     build_report,
     default_run_id,
+    latest_resumable,
     load_target,
     local_reconfigurer,
     make_plan,
@@ -184,18 +185,7 @@ def _stored(run_dir: RunDir) -> dict[str, Any] | None:
 
 def latest_tuning_run(results_root: Path) -> Path | None:
     """The most recently updated tuning run under ``results_root`` that did not complete."""
-    best: tuple[str, Path] | None = None
-    if not results_root.is_dir():
-        return None
-    for child in results_root.iterdir():
-        run = RunDir(child)
-        doc = run.read_state()
-        if not (child / "tune" / "settings.json").is_file() or doc.get("status") == STATE_COMPLETE:
-            continue
-        stamp = str(doc.get("updated_at") or "")
-        if best is None or stamp > best[0]:
-            best = (stamp, child)
-    return None if best is None else best[1]
+    return latest_resumable(results_root, where=lambda path: (path / "tune" / "settings.json").is_file())
 
 
 def _settings_from_args(args: argparse.Namespace, space: Space, host: str) -> TuneSettings:

@@ -32,7 +32,15 @@ from repro_py.sweep.plan import (
 )
 from repro_py.sweep.reconfigure import AnsibleReconfigurer, Reconfigurer
 from repro_py.sweep.runner import Interrupted, SweepOptions, SweepRunner
-from repro_py.sweep.state import STATE_COMPLETE, STATE_INTERRUPTED, STATE_RUNNING, RunDir, decide, now_iso
+from repro_py.sweep.state import (
+    STATE_COMPLETE,
+    STATE_INTERRUPTED,
+    STATE_RUNNING,
+    RunDir,
+    decide,
+    latest_resumable,
+    now_iso,
+)
 
 __all__ = [
     "RUN_ID_RE",
@@ -60,6 +68,7 @@ __all__ = [
     "default_run_id",
     "expand_grid",
     "format_duration",
+    "latest_resumable",
     "load_target",
     "local_reconfigurer",
     "make_plan",
