@@ -19,6 +19,8 @@ RESULTS := $(ROOT)/results
 RUN_ID ?= demo-$(shell date -u +%Y%m%dT%H%M%SZ)
 # The demo compresses the simulated engine's time x10 (reported in every figure).
 SWEEP_ARGS ?= -e sglang_service_sim_speed=10 --repeats 2 --max-tokens 256
+# The tuner on the test host: one objective, a small restart budget, compressed time.
+TUNE_ARGS ?= --objective single-stream -e sglang_service_sim_speed=20 --max-restarts 8 --no-write
 
 export PATH := $(BIN):$(PATH)
 export CONTAINERS_CONF := $(ROOT)/testhost/containers.conf
@@ -30,8 +32,8 @@ export PYTHONUNBUFFERED := 1
 # builds and signs a local apt repository.
 APT_PACKAGES := podman runc debootstrap patch bubblewrap gnupg dpkg-dev
 
-.PHONY: help demo test setup system-packages venv cpu-venv image testhost wheelhouse deploy sweep \
-        lint manifest manifest-check locks unit host-checks molecule e2e clean-testhost
+.PHONY: help demo test setup system-packages venv cpu-venv image testhost wheelhouse deploy sweep tune \
+        lint manifest manifest-check locks unit host-checks molecule e2e e2e-tune clean-testhost
 
 help:
 	@sed -n '2,7p' Makefile
@@ -77,6 +79,9 @@ deploy: setup testhost wheelhouse
 sweep: venv
 	$(PY) -m repro_py.sweep inventory/local --results $(RESULTS) --run-id $(RUN_ID) $(SWEEP_ARGS)
 
+tune: venv
+	$(PY) -m repro_py.tune inventory/local --results $(RESULTS) --run-id tune-$(RUN_ID) $(TUNE_ARGS)
+
 demo: deploy
 	$(MAKE) --no-print-directory sweep RUN_ID=$(RUN_ID)
 	@echo "demo: report in $(RESULTS)/$(RUN_ID)/summary.md"
@@ -119,6 +124,10 @@ molecule: setup image wheelhouse
 # report, manifest), kept under results/ for inspection.
 e2e: deploy
 	SGLANG_TESTHOST=1 SWEEP_E2E_RESULTS=$(RESULTS) $(PY) -m pytest -q -p no:cacheprovider tests/e2e
+
+# Only the tuner's end-to-end test (make e2e runs it with the sweep's).
+e2e-tune: deploy
+	SGLANG_TESTHOST=1 SWEEP_E2E_RESULTS=$(RESULTS) $(PY) -m pytest -q -p no:cacheprovider tests/e2e/test_tune_testhost.py
 
 test: setup lint manifest-check locks unit host-checks molecule e2e
 

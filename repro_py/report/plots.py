@@ -27,8 +27,8 @@ from repro_py.report.tables import Run, cell_rows, sim_speed
 from repro_py.simmark import SIM_MARK, sim_note, speed_text
 
 
-def _title(text: str, run: Run) -> str:
-    """The plot's title; a simulated run's gets a second line with the sim-speed note."""
+def figure_title(text: str, run: Run) -> str:
+    """The plot's title; a simulated run's gets a second line with the sim-speed note (the tuner's plots too)."""
     return f"{text}\n{sim_note(run.sim_speeds)}" if run.simulated else text
 
 
@@ -44,7 +44,9 @@ def _speed_suffix(run: Run, speed: float | None) -> str:
     return f" [{speed_text(speed)}]" if run.mixed_speeds else ""
 
 
-def _finish(fig: Any, path: Path, run: Run) -> Path:
+def finish_figure(fig: Any, path: Path, run: Run) -> Path:
+    """Watermark a simulated run's figure, set the PNG Title metadata, write it atomically (public: the tuner's
+    plots use it too)."""
     simulated = run.simulated
     if simulated:
         fig.text(
@@ -116,8 +118,8 @@ def tps_vs_concurrency(run: Run, path: Path) -> Path:
     handles, labels = axes[0][0].get_legend_handles_labels()
     if handles:
         fig.legend(handles, labels, loc="outside right center", fontsize="small")
-    fig.suptitle(_title("tokens/s vs concurrency per config", run))
-    return _finish(fig, path, run)
+    fig.suptitle(figure_title("tokens/s vs concurrency per config", run))
+    return finish_figure(fig, path, run)
 
 
 def acceptance_vs_budget(run: Run, path: Path) -> Path:
@@ -166,9 +168,9 @@ def acceptance_vs_budget(run: Run, path: Path) -> Path:
         ax.legend(fontsize="small")
     else:
         _empty(ax, "no acceptance figures")
-    ax.set_title(_title("acceptance vs budget", run))
+    ax.set_title(figure_title("acceptance vs budget", run))
     fig.tight_layout()
-    return _finish(fig, path, run)
+    return finish_figure(fig, path, run)
 
 
 def pareto_front(points: Sequence[tuple[str, float, float]]) -> list[tuple[str, float, float]]:
@@ -212,9 +214,9 @@ def pareto(run: Run, table: Sequence[Mapping[str, Any]], path: Path) -> Path:
         ax.legend(fontsize="small")
     else:
         _empty(ax, "no configs with both figures")
-    ax.set_title(_title("single-stream vs aggregate throughput", run))
+    ax.set_title(figure_title("single-stream vs aggregate throughput", run))
     fig.tight_layout()
-    return _finish(fig, path, run)
+    return finish_figure(fig, path, run)
 
 
 def render_all(run: Run, table: Sequence[Mapping[str, Any]], out_dir: Path) -> dict[str, Path]:

@@ -96,7 +96,8 @@ def pick(objective: Objective, table: Sequence[Mapping[str, Any]]) -> Winner:
             excluded.append(f"{row.get('label')} ({row.get('failure_class')})")
             continue
         if not row.get("gates_passed"):
-            excluded.append(f"{row.get('label')} (gates)")
+            why = "gates not run" if row.get("gates_state") == "not run" else "gates"
+            excluded.append(f"{row.get('label')} ({why})")
             continue
         if value is None:
             excluded.append(f"{row.get('label')} (no {objective.cell} figure)")

@@ -207,6 +207,15 @@ def gates_passed(result: Mapping[str, Any]) -> bool:
     return result.get("status") == "ok" and gates.get("passed") is True
 
 
+def gates_state(result: Mapping[str, Any]) -> str:
+    """``pass``, ``FAIL``, or ``not run`` (a finished config the measure chose not to gate, e.g. a tuner's
+    screened-out config: never eligible to win, not a failure)."""
+    if gates_passed(result):
+        return "pass"
+    gates = result.get("gates") or {}
+    return "not run" if result.get("status") == "ok" and gates.get("skipped") is True else "FAIL"
+
+
 def row(run: Run, result: Mapping[str, Any]) -> dict[str, Any]:
     contexts, conc = run.contexts, run.concurrency
     short = contexts[0] if contexts else None
@@ -237,6 +246,7 @@ def row(run: Run, result: Mapping[str, Any]) -> dict[str, Any]:
         "failure_reason": failure.get("reason"),
         "journal": list(failure.get("journal") or []),
         "gates_passed": gates_passed(result),
+        "gates_state": gates_state(result),
         "single_stream_tps": cell_figure(single, "output_tps"),
         "single_stream_cv": cell_cv(single),
         "aggregate_tps": cell_figure(agg, "output_tps"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import datetime as dt
 import json
 import re
@@ -39,7 +40,7 @@ from repro_py.sweep.plan import BenchPlan, Plan, PlanError, Target
 from repro_py.sweep.reconfigure import AnsibleReconfigurer
 from repro_py.sweep.runner import SweepOptions, SweepRunner
 
-_RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
 def _ints(values: Sequence[str] | None, flag: str) -> tuple[int, ...] | None:
@@ -174,23 +175,45 @@ def print_plan(console: Console, plan: Plan, run_id: str) -> None:
         console.print(f"default config restored at the end: {plan.default_config.label}")
 
 
-def _default_run_id(target: Target) -> str:
+def default_run_id(target: Target) -> str:
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
     host = re.sub(r"[^A-Za-z0-9._-]", "-", target.host)
     return f"{stamp}-{host}"
 
 
-def _local_target(target: Target, port: int) -> Target:
+def local_reconfigurer(target: Target) -> tuple[Target, LocalProcessReconfigurer]:
+    """``--reconfigurer local``: the simulated engine as a local process on a free loopback port, with the
+    inventory's simulated load/warmup/speed; the target then points at that port."""
+    port = free_port()
     ep = Endpoint(f"http://127.0.0.1:{port}", api_key=target.endpoint.api_key, model="default")
-    return Target(
+    local = Target(
         inventory=target.inventory, host=target.host, hostvars=target.hostvars, endpoint=ep, engine_kind="simulated"
     )
+    tv = target.var
+    reconfigurer = LocalProcessReconfigurer(
+        port,
+        load_s=float(tv("sglang_service_sim_load_seconds", 0.5)),
+        warmup_s=float(tv("sglang_service_sim_warmup_seconds", 0.2)),
+        speed=float(tv("sglang_service_sim_speed", 1.0)),
+    )
+    return local, reconfigurer
 
 
-def _print_resume(console: Console, what: str, inventory: str, run_id: str) -> None:
-    """Say what happened, then the resume command on a line of its own, never wrapped or marked up (copy-paste)."""
+def print_resume(
+    console: Console,
+    what: str,
+    inventory: str,
+    run_id: str,
+    *,
+    tool: str = "repro_py.sweep",
+    results: Path | None = None,
+) -> None:
+    """Say what happened, then the resume command on a line of its own, never wrapped or marked up (copy-paste);
+    ``--results`` is in it when the run is not under the default ``results/``."""
     console.print(f"[yellow]{what}; resume with:[/]", highlight=False)
-    command = f"python -m repro_py.sweep {shlex.quote(str(inventory))} --resume --run-id {shlex.quote(run_id)}"
+    command = f"python -m {tool} {shlex.quote(str(inventory))} --resume --run-id {shlex.quote(run_id)}"
+    if results is not None and results != Path("results"):
+        command += f" --results {shlex.quote(str(results))}"
     console.print(command, soft_wrap=True, markup=False, highlight=False)
 
 
@@ -206,7 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         target = planmod.load_target(args.inventory, limit=args.limit_hosts)
         run_dir: state.RunDir | None = None
         stored: dict[str, Any] | None = None
-        if args.run_id is not None and not _RUN_ID_RE.match(args.run_id):
+        if args.run_id is not None and not RUN_ID_RE.match(args.run_id):
             raise PlanError([f"--run-id {args.run_id!r}: letters, digits, '.', '_' and '-' only"])
         if args.resume:
             if args.run_id:
@@ -244,7 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             console.print(f"  - {problem}", markup=False, highlight=False)
         return ExitCode.USAGE
 
-    run_id = run_dir.run_id if run_dir else (args.run_id or _default_run_id(target))
+    run_id = run_dir.run_id if run_dir else (args.run_id or default_run_id(target))
     print_plan(out, plan, run_id)
     if args.dry_run:
         return ExitCode.OK
@@ -260,22 +283,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.reconfigurer == "local":
         if extra_vars:
             console.print("[yellow]--extra-var is for the Ansible play; the local reconfigurer ignores it[/]")
-        port = free_port()
-        plan = Plan(
-            target=_local_target(plan.target, port),
-            configs=plan.configs,
-            default_config=plan.default_config,
-            bench=plan.bench,
-            grid_source=plan.grid_source,
-            estimate=plan.estimate,
-        )
-        tv = plan.target.var
-        reconfigurer = LocalProcessReconfigurer(
-            port,
-            load_s=float(tv("sglang_service_sim_load_seconds", 0.5)),
-            warmup_s=float(tv("sglang_service_sim_warmup_seconds", 0.2)),
-            speed=float(tv("sglang_service_sim_speed", 1.0)),
-        )
+        local_target, reconfigurer = local_reconfigurer(plan.target)
+        plan = dataclasses.replace(plan, target=local_target)
     else:
         reconfigurer = AnsibleReconfigurer(bundle, plan.target, limit=args.limit_hosts, extra_vars=extra_vars)
         if not reconfigurer.available():
@@ -299,13 +308,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         outcome = asyncio.run(runner.run())
     except KeyboardInterrupt:
         run_dir.write_state(state.STATE_INTERRUPTED, reason="KeyboardInterrupt")
-        _print_resume(console, "interrupted", args.inventory, run_id)
+        print_resume(console, "interrupted", args.inventory, run_id, results=results_root)
         return ExitCode.INTERRUPTED
     finally:
         reconfigurer.close()
     if outcome.interrupted:
         what = f"interrupted after {len(outcome.ran)} configs; results so far in {run_dir.path}"
-        _print_resume(console, what, args.inventory, run_id)
+        print_resume(console, what, args.inventory, run_id, results=results_root)
         return ExitCode.INTERRUPTED
 
     console.print(

@@ -11,6 +11,11 @@ failure always carries its class and reason:
 ``gate_failed``               it ran, but a correctness gate (coding, lossless, config
                               echo) failed
 
+A :class:`Measure` may decline to gate a config (its gates result then says
+``"skipped": true`` with a ``reason``, e.g. a tuner that stopped measuring a
+config that is clearly behind): the result is ``ok`` with gates not run, so
+it can never win (winners need every gate passed) and is not a failure.
+
 The lossless reference is the outputs of the first config that passes its
 gates (the baseline runs first when the grid has one), stored in
 ``lossless-reference.json`` and reused by ``--resume``.
@@ -31,9 +36,9 @@ import json
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rich.console import Console
 from rich.markup import escape
@@ -51,6 +56,7 @@ CRASHED = "crashed_during_benchmark"
 GATE_FAILED = "gate_failed"
 FAILURE_CLASSES = (INVALID_CONFIG, FAILED_TO_START, CRASHED, GATE_FAILED)
 RESTORE_LABEL = "restore-default"
+_T = TypeVar("_T")
 
 
 class Interrupted(Exception):
@@ -262,6 +268,9 @@ class SweepRunner:
                 timing["gates_s"] = round(time.monotonic() - t, 3)
             new_reference = gates.pop("lossless_reference", None)
             result["gates"] = gates
+            if gates.get("skipped") is True:  # not gated on purpose: ok, but never eligible to win
+                gates["passed"] = False
+                return result
             if not gates.get("passed"):
                 if not await self.measure.alive(endpoint):
                     return self._fail(
@@ -315,6 +324,12 @@ class SweepRunner:
     # ------------------------------------------------------------ the loop
 
     async def run(self) -> SweepOutcome:
+        return await self.run_guarded(self._run)
+
+    async def run_guarded(self, body: Callable[[], Awaitable[_T]]) -> _T:
+        """Run ``body`` with this runner's Ctrl-C handling (cancel the config in flight, keep writes whole).
+
+        The sweep's own loop runs this way; another loop over :meth:`run_config_and_write` (a tuner) can too."""
         loop = asyncio.get_running_loop()
         self.loop = loop
         installed = False
@@ -322,7 +337,7 @@ class SweepRunner:
             loop.add_signal_handler(signal.SIGINT, self._on_sigint)
             installed = True
         try:
-            return await self._run()
+            return await body()
         finally:
             if installed:
                 loop.remove_signal_handler(signal.SIGINT)
@@ -389,7 +404,7 @@ class SweepRunner:
             outcome.wall_s = time.monotonic() - t_start
             return outcome
         if self.options.restore and self.plan.default_config is not None:
-            outcome.restore = await self._restore(self.plan.default_config)
+            outcome.restore = await self.restore(self.plan.default_config)
             if self.cancel.is_set():  # Ctrl-C during the restore: --resume restores again
                 outcome.interrupted = True
                 self.run_dir.write_state(state.STATE_INTERRUPTED, reason="SIGINT during the restore")
@@ -403,7 +418,8 @@ class SweepRunner:
         outcome.wall_s = time.monotonic() - t_start
         return outcome
 
-    async def _restore(self, cfg: PlannedConfig) -> dict[str, Any]:
+    async def restore(self, cfg: PlannedConfig) -> dict[str, Any]:
+        """Reconfigure the inventory's default config (``runner/restore-default/``); the outcome as a dict."""
         self.console.print(f"restoring the inventory default config {cfg.label}")
         self._current = None
         try:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -126,14 +126,14 @@ def decide(run_dir: RunDir, label: str, current: Mapping[str, str], *, retry_fai
     return Decision(False, f"done ({doc.get('status')}), fingerprint matches")
 
 
-def latest_resumable(results_root: Path) -> Path | None:
-    """The most recently updated run directory that did not complete."""
+def latest_resumable(results_root: Path, *, where: Callable[[Path], bool] | None = None) -> Path | None:
+    """The most recently updated run directory that did not complete (and that ``where`` accepts, if given)."""
     best: tuple[str, Path] | None = None
     if not results_root.is_dir():
         return None
     for child in results_root.iterdir():
         run = RunDir(child)
-        if not (run.plan.is_file() or run.state.is_file()):
+        if not (run.plan.is_file() or run.state.is_file()) or (where is not None and not where(child)):
             continue
         doc = run.read_state()
         if doc.get("status") == STATE_COMPLETE:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from rich.console import Console
 
 from repro_py.exitcodes import ExitCode
 from repro_py.sweep import cli
@@ -120,8 +121,9 @@ def test_sigint_mid_sweep_then_resume_end_to_end(tmp_path: Path) -> None:
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == ExitCode.INTERRUPTED, out
-    # the resume command stands on a line of its own, unwrapped however long the paths are (copy-paste)
-    assert f"python -m repro_py.sweep {inv} --resume --run-id r1" in out.splitlines(), out
+    # the resume command stands on a line of its own, unwrapped however long the paths are (copy-paste), and
+    # names the results root the run lives under (without it, --resume would look under results/ and not find it)
+    assert f"python -m repro_py.sweep {inv} --resume --run-id r1 --results {results}" in out.splitlines(), out
     state = json.loads((run_dir / "state.json").read_text())
     assert state["status"] == "interrupted"
     first = {p.name: p.read_bytes() for p in (run_dir / "configs").glob("*.json")}
@@ -163,6 +165,15 @@ def test_sigint_mid_sweep_then_resume_end_to_end(tmp_path: Path) -> None:
     )
     assert check.returncode == 0, check.stdout + check.stderr
     assert json.loads((run_dir / "state.json").read_text())["status"] == "complete"
+
+
+def test_the_printed_resume_command_finds_the_run(capsys: pytest.CaptureFixture[str]) -> None:
+    console = Console(stderr=True, width=40)
+    cli.print_resume(console, "interrupted", "inventory/local", "r1", results=Path("/tmp/elsewhere"))
+    cli.print_resume(console, "interrupted", "inventory/local", "r2", results=Path("results"))
+    lines = capsys.readouterr().err.splitlines()
+    assert "python -m repro_py.sweep inventory/local --resume --run-id r1 --results /tmp/elsewhere" in lines
+    assert "python -m repro_py.sweep inventory/local --resume --run-id r2" in lines
 
 
 def test_extra_vars_are_typed_and_cannot_set_config_keys() -> None:

@@ -213,3 +213,34 @@ async def test_ctrl_c_during_the_restore_leaves_a_resumable_run_that_restores_ag
     assert not outcome.interrupted
     assert rec.calls == ["ddtree-b8-t4-w2048-bs8"]  # only the restore
     assert run_dir.read_state()["status"] == "complete"
+
+
+class _SkippingMeasure(FakeMeasure):
+    """Gates only the labels in ``gate``; the others are recorded as not gated (as a tuner does)."""
+
+    def __init__(self, gate: set[str]) -> None:
+        super().__init__()
+        self.gate = gate
+
+    async def gates(self, endpoint: Any, cfg: PlannedConfig, reference: Any) -> dict[str, Any]:
+        if cfg.label not in self.gate:
+            return {"skipped": True, "passed": False, "reason": "not gated: dropped at the screen"}
+        return await super().gates(endpoint, cfg, reference)
+
+
+async def test_a_config_the_measure_does_not_gate_is_ok_but_never_a_winner(tmp_path: Path) -> None:
+    from repro_py.report.render import build_report  # noqa: PLC0415
+
+    plan = make_plan(GRID[:3], tmp_path=tmp_path)  # b8/t4, baseline, b16/t4
+    run_dir = state.RunDir(tmp_path / "results" / "r1")
+    measure = _SkippingMeasure({"baseline", "ddtree-b8-t4-w2048-bs8"})
+    measure.tps = {"ddtree-b16-t4-w2048-bs8": 500.0, "ddtree-b8-t4-w2048-bs8": 200.0}  # b16: fastest, never gated
+    await _runner(plan, run_dir, FakeReconfigurer(), measure).run()
+    docs = _results(run_dir)
+    skipped = docs["ddtree-b16-t4-w2048-bs8"]
+    assert skipped["status"] == "ok" and skipped["failure"] is None
+    assert skipped["gates"] == {"skipped": True, "passed": False, "reason": "not gated: dropped at the screen"}
+    build_report(run_dir.path)
+    summary = (run_dir.path / "summary.md").read_text()
+    assert "| ddtree-b16-t4-w2048-bs8 (SIMULATED x1) | ok | not run |" in summary
+    assert "| single-stream latency | ddtree-b8-t4-w2048-bs8 |" in summary

@@ -1,0 +1,230 @@
+"""The tuning loop: propose, restart + measure through the sweep's per-config path, record, repeat.
+
+Each proposal runs through ``SweepRunner.run_config_and_write`` (the sweep's
+own restart, server-info, benchmark, gates, failure classes, fingerprint and
+atomic result write) with :class:`~repro_py.tune.measure.TunerMeasure`, under
+the sweep's Ctrl-C handling: the config in flight is abandoned (no result
+file; ``--resume`` proposes it again), the run is marked ``interrupted``.
+
+Budgets are hard limits checked before every restart: ``max_restarts``
+counts every engine restart of the run (earlier sessions included, the final
+restore of the inventory's default config included and reserved up front);
+``max_hours`` compares the wall time of the configs measured so far, plus the
+median time of one more config and the restore, with the limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from repro_py.atomicio import write_json_atomic
+from repro_py.tune.measure import TunerMeasure
+from repro_py.tune.outcome import latest_figures, outcome_text
+from repro_py.tune.search import Search
+from repro_py.tune.sweepio import (
+    STATE_COMPLETE,
+    STATE_INTERRUPTED,
+    STATE_RUNNING,
+    Interrupted,
+    Measure,
+    Plan,
+    Reconfigurer,
+    RunDir,
+    SweepOptions,
+    SweepRunner,
+    controller_fingerprint,
+    decide,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    max_restarts: int | None = None
+    max_hours: float | None = None
+    restore: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_restarts is not None and self.max_restarts < (2 if self.restore else 1):
+            raise ValueError(
+                f"--max-restarts {self.max_restarts}: at least {2 if self.restore else 1} "
+                "(one config" + (" and the final restore of the default config)" if self.restore else ")")
+            )
+        if self.max_hours is not None and not self.max_hours > 0:
+            raise ValueError(f"--max-hours {self.max_hours}: must be > 0")
+
+    def as_dict(self) -> dict[str, object]:
+        return {"max_restarts": self.max_restarts, "max_hours": self.max_hours, "restore_reserved": self.restore}
+
+
+@dataclasses.dataclass
+class TuneOutcome:
+    interrupted: bool
+    stop_reason: str
+    restarts: int
+    measured_this_session: list[str]
+    reused: list[str]
+    restore: dict[str, Any] | None
+    wall_s: float
+
+
+class TuneLoop:
+    def __init__(
+        self,
+        plan: Plan,
+        search: Search,
+        run_dir: RunDir,
+        reconfigurer: Reconfigurer,
+        inner: Measure,
+        *,
+        bundle: Path,
+        budget: Budget,
+        console: Console | None = None,
+        on_progress: Any = None,
+    ) -> None:
+        self.plan = plan
+        self.search = search
+        self.run_dir = run_dir
+        self.budget = budget
+        self.bundle = bundle
+        self.console = console or Console(stderr=True)
+        self.on_progress = on_progress
+        self.measure = TunerMeasure(inner, search)
+        self.runner = SweepRunner(
+            plan,
+            run_dir,
+            reconfigurer,
+            self.measure,
+            bundle=bundle,
+            options=SweepOptions(restore=budget.restore),
+            console=self.console,
+        )
+
+    # ------------------------------------------------------------ resume
+
+    def replay(self) -> list[str]:
+        """Rebuild the search from this run's result files whose fingerprint still stands."""
+        reused: list[str] = []
+        docs = sorted(
+            self.run_dir.results(),
+            key=lambda d: (
+                str(d.get("started_at") or ""),
+                int(((d.get("bench") or {}).get("tune") or {}).get("order") or 0),
+            ),
+        )
+        by_label = self.search.space.by_label()
+        for doc in docs:
+            label = str(doc.get("label"))
+            cfg = by_label.get(label)
+            if cfg is None:
+                self.console.print(f"[yellow]{escape(label)}: not in the space of this run; ignored[/]")
+                continue
+            current = controller_fingerprint(self.bundle, self.plan.target, cfg)
+            decision = decide(self.run_dir, label, current)
+            if decision.run:
+                self.console.print(f"[yellow]{escape(label)}: {escape(decision.reason)}; measured again if proposed[/]")
+                continue
+            if self.search.replay(doc) is not None:
+                reused.append(label)
+                self.console.print(f"[dim]{escape(label)}: {escape(decision.reason)}; not rerun[/]")
+        return reused
+
+    # ------------------------------------------------------------ budget
+
+    def restarts_used(self) -> int:
+        return len(self.search.records)
+
+    def _budget_stop(self) -> str | None:
+        reserve = 1 if self.budget.restore and self.plan.default_config is not None else 0
+        used = self.restarts_used()
+        if self.budget.max_restarts is not None and used + reserve >= self.budget.max_restarts:
+            extra = " plus the final restore" if reserve else ""
+            return f"restart budget reached: {used} of {self.budget.max_restarts} restarts used{extra}"
+        if self.budget.max_hours is not None:
+            walls = [r.wall_s for r in self.search.records.values() if r.wall_s > 0]
+            spent = sum(walls)
+            per = statistics.median(walls) if walls else float(self.plan.estimate.get("per_config_s", 0.0))
+            restore = float(self.plan.estimate.get("load_s_per_config", 0.0)) if reserve else 0.0
+            limit = self.budget.max_hours * 3600.0
+            if spent + per + restore > limit:
+                return (
+                    f"time budget reached: {spent / 3600:.2f} h spent, one more config (~{per:.0f} s) and the "
+                    f"restore would pass --max-hours {self.budget.max_hours:g}"
+                )
+        return None
+
+    # ------------------------------------------------------------ the loop
+
+    async def run(self) -> TuneOutcome:
+        return await self.runner.run_guarded(self._run)
+
+    def _write_progress(self) -> None:
+        try:
+            plan_doc: dict[str, Any] = json.loads(self.run_dir.plan.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            plan_doc = {}
+        measured = sorted(self.search.records.values(), key=lambda r: r.order)
+        plan_doc["configs"] = [{"label": r.label, "config": r.cfg.short()} for r in measured]
+        write_json_atomic(self.run_dir.plan, plan_doc)
+        if self.on_progress is not None:
+            self.on_progress()
+
+    async def _run(self) -> TuneOutcome:
+        t0 = time.monotonic()
+        reused = self.replay()
+        outcome = TuneOutcome(False, "", 0, [], reused, None, 0.0)
+        self.run_dir.write_state(STATE_RUNNING, host=self.plan.target.host, simulated=self.plan.simulated, tool="tune")
+        cancel = self.runner.cancel
+        while not cancel.is_set():
+            stop = self._budget_stop()
+            if stop is not None:
+                outcome.stop_reason = stop
+                break
+            proposal = self.search.propose()
+            if proposal is None:
+                outcome.stop_reason = self.search.stop_reason or "nothing left to propose"
+                break
+            rec = self.search.start(proposal)
+            self.console.print(f"[bold]#{rec.order} {escape(rec.label)}[/]: {escape(proposal.reason)}", highlight=False)
+            try:
+                result = await self.runner.run_config_and_write(proposal.cfg)
+            except (asyncio.CancelledError, Interrupted):
+                self.search.abandon(rec.label)
+                cancel.set()
+                break
+            rec = self.search.finish(rec.label, result)
+            outcome.measured_this_session.append(rec.label)
+            line = f"{latest_figures(self.search, rec)}; {outcome_text(rec, self.search)}"
+            self.console.print(f"  -> {escape(line)} ({rec.wall_s:.1f} s)", highlight=False)
+            self._write_progress()
+        outcome.restarts = self.restarts_used()
+        if cancel.is_set():
+            outcome.interrupted = True
+            outcome.stop_reason = "interrupted (Ctrl-C)"
+            self.run_dir.write_state(STATE_INTERRUPTED, reason="SIGINT")
+            outcome.wall_s = time.monotonic() - t0
+            return outcome
+        self._write_progress()
+        if self.budget.restore and self.plan.default_config is not None:
+            outcome.restore = await self.runner.restore(self.plan.default_config)
+            outcome.restarts += 1
+            if cancel.is_set():
+                outcome.interrupted = True
+                self.run_dir.write_state(STATE_INTERRUPTED, reason="SIGINT during the restore")
+                outcome.wall_s = time.monotonic() - t0
+                return outcome
+        elif self.plan.default_config is None:
+            outcome.restore = {"status": "not_configured", "reason": "the inventory has no sweep_default_config"}
+        else:
+            outcome.restore = {"status": "skipped", "reason": "--no-restore"}
+        self.run_dir.write_state(STATE_COMPLETE, restore=outcome.restore, stop_reason=outcome.stop_reason)
+        outcome.wall_s = time.monotonic() - t0
+        return outcome

@@ -1,0 +1,207 @@
+"""What a tuning run optimises (objectives) and what a winner must meet (SLOs).
+
+Objectives (each one benchmark cell; the figure is aggregate output tok/s, the
+sweep report's own definitions):
+
+``single-stream``  concurrency 1 at the short context (default 60 tokens)
+``throughput``     concurrency ``--concurrency`` (default 32) at the short context
+``long-context``   concurrency 1 at ``--long-context`` (default 4096 tokens)
+
+SLOs (``--slo METRIC<=VALUE`` or ``METRIC>=VALUE``, repeatable): a winner must
+meet every one. ``ttft_p50_ms``, ``ttft_p99_ms``, ``itl_p50_ms``,
+``itl_p99_ms`` are read at the objective's own cell; ``single_stream_tps``,
+``throughput_tps``, ``long_context_tps`` at that objective's cell (measured
+for every config when used); ``coding_pass_rate`` (0..1) from the coding gate.
+Latency percentiles do not depend on the output length, so a config that
+clearly violates a latency SLO is dropped at the first (short) rung already;
+throughput SLOs are only judged at full length.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+SHORT_CONTEXT = 60
+DEFAULT_CONCURRENCY = 32
+DEFAULT_LONG_CONTEXT = 4096
+OBJECTIVE_NAMES: tuple[str, ...] = ("single-stream", "throughput", "long-context")
+
+
+class ObjectiveError(ValueError):
+    """A bad objective or SLO; the message names the value and what is allowed."""
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class Cell:
+    context: int
+    concurrency: int
+
+    def __str__(self) -> str:
+        return f"context {self.context} x concurrency {self.concurrency}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+    key: str  # one of OBJECTIVE_NAMES
+    title: str
+    cell: Cell
+
+    @property
+    def metric(self) -> str:
+        return f"{self.key.replace('-', '_')}_tps"
+
+
+def make_objectives(
+    names: Sequence[str],
+    *,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    long_context: int = DEFAULT_LONG_CONTEXT,
+    short_context: int = SHORT_CONTEXT,
+) -> tuple[Objective, ...]:
+    """Objectives in the order given (the first is the one written back); duplicates refused."""
+    if concurrency < 2:
+        raise ObjectiveError(f"--concurrency {concurrency}: the throughput objective needs 2 or more")
+    if long_context <= short_context:
+        raise ObjectiveError(f"--long-context {long_context}: must be longer than the short context {short_context}")
+    table = {
+        "single-stream": Objective("single-stream", "single-stream latency", Cell(short_context, 1)),
+        "throughput": Objective(
+            "throughput", f"throughput at concurrency {concurrency}", Cell(short_context, concurrency)
+        ),
+        "long-context": Objective("long-context", f"long context ({long_context} tokens)", Cell(long_context, 1)),
+    }
+    out: list[Objective] = []
+    for name in names:
+        key = name.strip().lower().replace("_", "-")
+        if key not in table:
+            raise ObjectiveError(f"--objective {name!r} is not known; allowed: {', '.join(OBJECTIVE_NAMES)}")
+        if any(o.key == key for o in out):
+            raise ObjectiveError(f"--objective {key} is given twice")
+        out.append(table[key])
+    if not out:
+        raise ObjectiveError(f"--objective is required; allowed: {', '.join(OBJECTIVE_NAMES)}")
+    return tuple(out)
+
+
+# ---------------------------------------------------------------- SLOs
+
+#: metric -> (kind, unit). kind: "latency" (per objective cell), "tps" (an objective's cell), "gate".
+SLO_METRICS: dict[str, tuple[str, str]] = {
+    "ttft_p50_ms": ("latency", "ms"),
+    "ttft_p99_ms": ("latency", "ms"),
+    "itl_p50_ms": ("latency", "ms"),
+    "itl_p99_ms": ("latency", "ms"),
+    "single_stream_tps": ("tps", "tok/s"),
+    "throughput_tps": ("tps", "tok/s"),
+    "long_context_tps": ("tps", "tok/s"),
+    "coding_pass_rate": ("gate", ""),
+}
+_SLO_RE = re.compile(r"^\s*([a-z0-9_]+)\s*(<=|>=)\s*([0-9]+(?:\.[0-9]+)?)\s*$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Slo:
+    metric: str
+    op: str  # "<=" | ">="
+    value: float
+
+    def __str__(self) -> str:
+        return f"{self.metric}{self.op}{self.value:g}"
+
+    @property
+    def kind(self) -> str:
+        return SLO_METRICS[self.metric][0]
+
+    def met(self, observed: float) -> bool:
+        return observed <= self.value if self.op == "<=" else observed >= self.value
+
+    def clearly_violated(self, low: float, high: float) -> bool:
+        """The whole confidence interval ``[low, high]`` is on the wrong side."""
+        return low > self.value if self.op == "<=" else high < self.value
+
+
+def parse_slo(text: str) -> Slo:
+    match = _SLO_RE.match(text)
+    if not match:
+        raise ObjectiveError(
+            f"--slo {text!r}: expected METRIC<=VALUE or METRIC>=VALUE, e.g. ttft_p99_ms<=2000; "
+            f"metrics: {', '.join(SLO_METRICS)}"
+        )
+    metric, op, value = match.group(1), match.group(2), float(match.group(3))
+    if metric not in SLO_METRICS:
+        raise ObjectiveError(f"--slo {text!r}: metric {metric!r} is not known; allowed: {', '.join(SLO_METRICS)}")
+    if metric == "coding_pass_rate" and not 0.0 <= value <= 1.0:
+        raise ObjectiveError(f"--slo {text!r}: coding_pass_rate is a fraction 0..1")
+    return Slo(metric, op, value)
+
+
+def slo_cells(slos: Sequence[Slo], objectives: Sequence[Objective], all_objectives: Sequence[Objective]) -> list[Cell]:
+    """Extra cells the SLOs need beyond the objectives' own (a throughput SLO names another objective's cell)."""
+    have = {o.cell for o in objectives}
+    extra: list[Cell] = []
+    for slo in slos:
+        if slo.kind != "tps":
+            continue
+        for obj in all_objectives:
+            if obj.metric == slo.metric and obj.cell not in have and obj.cell not in extra:
+                extra.append(obj.cell)
+    return extra
+
+
+# ---------------------------------------------------------------- reading bench cells
+
+
+def _num(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def repeat_values(cell: Mapping[str, Any] | None, metric: str) -> list[float]:
+    """Per-repeat figures of a finished cell: ``output_tps`` or a latency percentile such as ``ttft_p99_ms``.
+
+    Only repeats whose every request succeeded count: a repeat with a failed
+    request is not a measurement of the config (its throughput would be of the
+    requests that happened to succeed)."""
+    if not cell or cell.get("status") != "ok":
+        return []
+    out: list[float] = []
+    for rep in cell.get("repeats") or []:
+        if not isinstance(rep, Mapping) or (rep.get("errors") or 0) > 0 or not rep.get("ok", 1):
+            continue
+        if metric == "output_tps":
+            value = _num(rep.get("output_tps"))
+        else:
+            family, _, pct = metric.removesuffix("_ms").rpartition("_")
+            block = rep.get(f"{family}_ms") or {}
+            value = _num(block.get(pct)) if isinstance(block, Mapping) else None
+        if value is not None and value > 0:
+            out.append(value)
+    return out
+
+
+def accept_length(cell: Mapping[str, Any] | None) -> float | None:
+    """The counter-derived acceptance length of a finished cell (pooled over its repeats)."""
+    if not cell or cell.get("status") != "ok":
+        return None
+    return _num((cell.get("median") or {}).get("accept_length"))
+
+
+def step_ms(cell: Mapping[str, Any] | None) -> float | None:
+    """The decode step time of a finished cell: the median over its repeats of the median inter-chunk gap
+    (each streamed chunk carries one verify step's tokens)."""
+    values = sorted(repeat_values(cell, "itl_p50_ms"))
+    if not values:
+        return None
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2.0
+
+
+def find_cell(cells: Sequence[Mapping[str, Any]], cell: Cell) -> Mapping[str, Any] | None:
+    for item in cells:
+        if item.get("context") == cell.context and item.get("concurrency") == cell.concurrency:
+            return item
+    return None

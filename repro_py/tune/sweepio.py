@@ -1,0 +1,80 @@
+"""Everything the tuner takes from the sweep, in one place.
+
+The tuner restarts, measures and records exactly as a sweep does: the same
+plan validation (``repro_py.spec_config`` through the sweep planner), the same
+reconfigurers (ansible-runner on ``playbooks/reconfigure.yml``, or the local
+simulated-engine process), the same per-config loop and result schema, run
+directory, fingerprints, report and manifest. Other tuner modules import
+these names from here only, so a reorganisation of ``repro_py.sweep`` is a
+change to this file alone.
+"""
+
+from __future__ import annotations
+
+from repro_py.report.render import build_report
+from repro_py.sweep.cli import RUN_ID_RE, default_run_id, local_reconfigurer, parse_extra_vars, print_resume
+from repro_py.sweep.fingerprint import controller_fingerprint
+from repro_py.sweep.localproc import LocalProcessReconfigurer
+from repro_py.sweep.measure import BundleMeasure, Measure
+from repro_py.sweep.plan import (
+    SIM_FAULT_KEY,
+    BenchPlan,
+    Plan,
+    PlanError,
+    PlannedConfig,
+    Target,
+    expand_grid,
+    format_duration,
+    load_target,
+    make_plan,
+    validate_all,
+    validate_config,
+)
+from repro_py.sweep.reconfigure import AnsibleReconfigurer, Reconfigurer
+from repro_py.sweep.runner import Interrupted, SweepOptions, SweepRunner
+from repro_py.sweep.state import (
+    STATE_COMPLETE,
+    STATE_INTERRUPTED,
+    STATE_RUNNING,
+    RunDir,
+    decide,
+    latest_resumable,
+    now_iso,
+)
+
+__all__ = [
+    "RUN_ID_RE",
+    "SIM_FAULT_KEY",
+    "STATE_COMPLETE",
+    "STATE_INTERRUPTED",
+    "STATE_RUNNING",
+    "AnsibleReconfigurer",
+    "BenchPlan",
+    "BundleMeasure",
+    "Interrupted",
+    "LocalProcessReconfigurer",
+    "Measure",
+    "Plan",
+    "PlanError",
+    "PlannedConfig",
+    "Reconfigurer",
+    "RunDir",
+    "SweepOptions",
+    "SweepRunner",
+    "Target",
+    "build_report",
+    "controller_fingerprint",
+    "decide",
+    "default_run_id",
+    "expand_grid",
+    "format_duration",
+    "latest_resumable",
+    "load_target",
+    "local_reconfigurer",
+    "make_plan",
+    "now_iso",
+    "parse_extra_vars",
+    "print_resume",
+    "validate_all",
+    "validate_config",
+]

@@ -1,0 +1,111 @@
+"""A measure that answers from the simulated engine's performance model, with seeded noise (no processes).
+
+For the tuner's unit tests: figures are ``perf_model.predict`` at the cell,
+times a short-output factor (a short run carries the first token's latency),
+times normal noise of ``cv_at_512 * sqrt(512 / max_tokens)`` per repeat plus a
+per-restart offset. Gates pass unless the label is in ``gate_fail``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from typing import Any
+
+from repro_py.endpoint import Endpoint
+from repro_py.simengine.perf_model import ModelConfig, predict
+from repro_py.sweep.plan import BenchPlan, PlannedConfig
+
+
+def model_config(cfg: PlannedConfig) -> ModelConfig:
+    s = cfg.spec
+    return ModelConfig(mode=s.algorithm, block_size=s.block_size or 8, budget=s.budget, topk=s.topk, window=s.window)
+
+
+def true_tps(cfg: PlannedConfig, context: int, concurrency: int) -> float:
+    return predict(model_config(cfg), concurrency, context).aggregate_tps
+
+
+class ModelMeasure:
+    def __init__(
+        self,
+        seed: int = 0,
+        *,
+        cv_at_512: float = 0.022,
+        restart_cv: float = 0.01,
+        gate_fail: set[str] | None = None,
+        ttft_ms: float = 40.0,
+    ) -> None:
+        self.rng = random.Random(seed)
+        self.cv_at_512 = cv_at_512
+        self.restart_cv = restart_cv
+        self.gate_fail = set(gate_fail or ())
+        self.ttft_ms = ttft_ms
+        self.bench_calls: list[tuple[str, int, int, int, int]] = []
+        self.gate_calls: list[str] = []
+        self._offset: dict[str, float] = {}
+
+    async def server_info(self, endpoint: Endpoint) -> dict[str, Any]:
+        return {"kind": "simulated", "version": "0.5.23", "sim_speed": 1.0, "max_total_num_tokens": 400000}
+
+    async def alive(self, endpoint: Endpoint) -> bool:
+        return True
+
+    def cell(self, cfg: PlannedConfig, context: int, concurrency: int, repeats: int, max_tokens: int) -> dict[str, Any]:
+        offset = self._offset.setdefault(cfg.label, self.rng.gauss(0.0, self.restart_cv))
+        pred = predict(model_config(cfg), concurrency, context)
+        short = 1.0 / (1.0 + 12.0 / max_tokens)
+        cv = self.cv_at_512 * (512.0 / max_tokens) ** 0.5
+        reps = []
+        for _ in range(repeats):
+            value = pred.aggregate_tps * short * (1.0 + offset) * (1.0 + self.rng.gauss(0.0, cv))
+            ttft = self.ttft_ms * (1.0 + context / 1000.0) * (1.0 + self.rng.gauss(0.0, 0.05))
+            reps.append(
+                {
+                    "output_tps": value,
+                    "errors": 0,
+                    "ok": concurrency,
+                    "requests": concurrency,
+                    "ttft_ms": {"p50": ttft, "p90": ttft * 1.1, "p99": ttft * 1.2},
+                    "itl_ms": {"p50": pred.step_ms * (1.0 + self.rng.gauss(0.0, 0.01)), "p90": 0.0, "p99": 0.0},
+                }
+            )
+        accept = None if cfg.spec.algorithm == "none" else pred.accept_length * (1.0 + self.rng.gauss(0.0, cv / 2))
+        values = sorted(r["output_tps"] for r in reps)
+        return {
+            "context": context,
+            "concurrency": concurrency,
+            "status": "ok",
+            "reason": None,
+            "repeats": reps,
+            "median": {"output_tps": values[len(values) // 2], "accept_length": accept},
+            "cv": {"output_tps": cv},
+            "noisy": False,
+        }
+
+    async def bench(self, endpoint: Endpoint, cfg: PlannedConfig, bench: BenchPlan) -> dict[str, Any]:
+        cells = []
+        for context in bench.contexts:
+            for concurrency in bench.concurrency:
+                self.bench_calls.append((cfg.label, context, concurrency, bench.repeats, bench.max_tokens))
+                cells.append(self.cell(cfg, context, concurrency, bench.repeats, bench.max_tokens))
+        return {"cells": cells, "settings": bench.as_dict()}
+
+    async def gates(
+        self, endpoint: Endpoint, cfg: PlannedConfig, reference: Mapping[str, Any] | None
+    ) -> dict[str, Any]:
+        self.gate_calls.append(cfg.label)
+        bad = cfg.label in self.gate_fail
+        out: dict[str, Any] = {
+            "coding": {
+                "passed": not bad,
+                "pass_rate": 0.0 if bad else 1.0,
+                "reason": "0/14 passed, below the required 80%" if bad else None,
+            },
+            "lossless": {"passed": not bad, "reason": "6 of 6 prompts diverge; first at token 12" if bad else None},
+            "config_echo": {"passed": True, "reason": None},
+            "passed": not bad,
+        }
+        if reference is None and not bad:
+            out["lossless_reference"] = {"source": cfg.label, "outputs": {"p": [1, 2, 3]}}
+        return out

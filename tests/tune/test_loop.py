@@ -1,0 +1,207 @@
+"""The tuning loop over fakes: the sweep's per-config path and results, budgets, gates, SLOs, Ctrl-C + resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from repro_py import manifest
+from repro_py.report.render import build_report
+from repro_py.sweep.plan import PlannedConfig
+from repro_py.tune.loop import Budget, TuneLoop
+from repro_py.tune.outcome import search_document
+from tests.sweep.conftest import FakeReconfigurer
+from tests.tune.conftest import MEDIUM_SPACE, SMALL_SPACE, make_loop
+from tests.tune.fakes import ModelMeasure, true_tps
+
+
+async def test_every_restart_is_a_normal_sweep_result_that_the_report_and_manifest_read(tmp_path: Path) -> None:
+    rec = FakeReconfigurer()
+    loop = make_loop(tmp_path, reconfigurer=rec, budget=Budget(max_restarts=10))
+    outcome = await loop.run()
+    assert not outcome.interrupted and outcome.restarts == 10
+    assert outcome.stop_reason == "restart budget reached: 9 of 10 restarts used plus the final restore"
+    # every restart through the reconfigurer; the final one restores the inventory default
+    assert len(rec.calls) == 10 and rec.restores == [False] * 9 + [True]
+    assert rec.calls[:2] == ["baseline", "ddtree-b8-t4-w2048-bs8"]  # the reference, then the config to beat
+    docs = {d["label"]: d for d in loop.run_dir.results()}
+    assert set(docs) == set(rec.calls[:9])
+    for doc in docs.values():
+        assert doc["schema"] == 1 and doc["status"] == "ok" and doc["run_id"] == "run"
+        assert set(doc["fingerprint"]) >= {"patch_series_sha256", "lock_sha256", "engine_kind", "host", "config_sha256"}
+        assert doc["bench"]["tune"]["rungs"] and doc["bench"]["cells"]
+    gated = [d for d in docs.values() if d["gates"].get("passed")]
+    skipped = [d for d in docs.values() if d["gates"].get("skipped")]
+    assert gated and skipped and len(gated) + len(skipped) == len(docs)
+    for doc in skipped:  # dropped configs: measured at a lower rung only, never gated
+        assert doc["bench"]["settings"]["tune_rung"] != "full"
+        assert doc["gates"]["reason"].startswith("not gated: dropped before the full measurement")
+    plan = json.loads(loop.run_dir.plan.read_text())
+    assert [c["label"] for c in plan["configs"]] == rec.calls[:9]
+    # the sweep's own report and manifest work on the run unchanged
+    build_report(loop.run_dir.path)
+    summary = (loop.run_dir.path / "summary.md").read_text()
+    assert "| not run |" in summary and "9 of 9 finished" in summary
+    manifest.write(loop.run_dir.path)
+    assert manifest.verify(loop.run_dir.path).ok
+
+
+async def test_the_winner_is_gated_and_a_fast_garbling_config_never_wins(tmp_path: Path) -> None:
+    garbler = "ddtree-b5-t1-w2048-bs8"  # the model's fastest single-stream config in this space
+    measure = ModelMeasure(1, gate_fail={garbler})
+    loop = make_loop(tmp_path, measure=measure, budget=Budget(max_restarts=22))
+    await loop.run()
+    search = loop.search
+    assert garbler in search.records, "the search should reach the fastest config"
+    assert search.records[garbler].gates == "FAIL"
+    (winner,) = search.winners()
+    assert winner.label not in (None, garbler)
+    assert search.records[winner.label].gates == "pass"
+    assert set(measure.gate_calls) == {r.label for r in search.records.values() if r.gates in ("pass", "FAIL")}
+    # a garbler is never the reference that drops others
+    for rec in search.records.values():
+        for rung in rec.rungs:
+            for decision in rung.decisions.values():
+                assert garbler not in str(decision.get("reason")) or decision.get("keep")
+
+
+async def test_search_finds_the_model_optimum_in_a_fraction_of_the_space(tmp_path: Path) -> None:
+    loop = make_loop(tmp_path, MEDIUM_SPACE, budget=Budget(max_restarts=40), measure=ModelMeasure(3))
+    outcome = await loop.run()
+    space = loop.search.space
+    truth = {c.label: true_tps(c, 60, 1) for c in space.configs}
+    (winner,) = loop.search.winners()
+    assert winner.label is not None
+    assert truth[winner.label] >= 0.97 * max(truth.values())
+    assert outcome.restarts <= 40 < len(space)
+    # configs the objective cannot tell apart (a 2048 window and a full cache at a 60-token context) run once
+    keys = [loop.search.equivalence_key(r.cfg) for r in loop.search.records.values()]
+    assert len(keys) == len(set(keys))
+
+
+async def test_a_latency_slo_drops_violators_at_the_screen(tmp_path: Path) -> None:
+    loop = make_loop(tmp_path, slos=["ttft_p99_ms<=10"], budget=Budget(max_restarts=6))
+    await loop.run()
+    (winner,) = loop.search.winners()
+    assert winner.label is None
+    for rec in loop.search.records.values():
+        if rec.cfg.spec.algorithm != "none":
+            assert rec.last_rung == "screen"
+            assert "violates SLO ttft_p99_ms<=10" in rec.rungs[0].decisions["single-stream"]["reason"]
+    loop2 = make_loop(
+        tmp_path, slos=["ttft_p99_ms<=1000", "coding_pass_rate>=1"], run="ok", budget=Budget(max_restarts=6)
+    )
+    await loop2.run()
+    assert loop2.search.winners()[0].label is not None
+
+
+async def test_a_throughput_floor_is_judged_at_full_length(tmp_path: Path) -> None:
+    loop = make_loop(
+        tmp_path, objectives=["throughput"], slos=["single_stream_tps>=155"], budget=Budget(max_restarts=8)
+    )
+    await loop.run()
+    search = loop.search
+    for rec in search.records.values():
+        for rung in rec.rungs:
+            if rung.name != "full":
+                assert not any(k.startswith("*|") for k in rung.slo_values)  # not at short outputs
+    (winner,) = search.winners()
+    if winner.label is not None:
+        final = search.records[winner.label].rung("full")
+        assert final is not None and sum(final.slo_values["*|single_stream_tps"]) / 3 >= 155
+
+
+async def test_ctrl_c_then_resume_continues_the_same_search(tmp_path: Path) -> None:
+    holder: dict[str, TuneLoop] = {}
+
+    def interrupt_on_fifth(cfg: PlannedConfig, n: int) -> None:
+        if n == 5:
+            runner = holder["loop"].runner
+            assert runner.loop is not None
+            runner.loop.call_soon_threadsafe(runner._on_sigint)
+
+    rec = FakeReconfigurer(hook=interrupt_on_fifth)
+    loop = make_loop(tmp_path, reconfigurer=rec, measure=ModelMeasure(5), budget=Budget(max_restarts=9))
+    holder["loop"] = loop
+    outcome = await loop.run()
+    assert outcome.interrupted and loop.run_dir.read_state()["status"] == "interrupted"
+    done = {d["label"] for d in loop.run_dir.results()}
+    assert done == set(rec.calls[:4]) and rec.calls[4] not in done
+    before = {label: loop.run_dir.result(label).read_bytes() for label in done}
+
+    rec2 = FakeReconfigurer()
+    loop2 = make_loop(tmp_path, reconfigurer=rec2, measure=ModelMeasure(6), budget=Budget(max_restarts=9))
+    outcome2 = await loop2.run()
+    assert sorted(outcome2.reused) == sorted(done)
+    measured2 = [label for label, restore in zip(rec2.calls, rec2.restores, strict=True) if not restore]
+    assert set(measured2).isdisjoint(done) and rec2.restores[-1]
+    assert measured2[0] == rec.calls[4]  # the interrupted config is proposed again first
+    assert outcome2.restarts == 9 and loop2.run_dir.read_state()["status"] == "complete"
+    for label, data in before.items():
+        assert loop2.run_dir.result(label).read_bytes() == data
+    # the rebuilt search carries the earlier decisions
+    first = loop2.search.records["ddtree-b8-t4-w2048-bs8"]
+    assert first.order == 2 and first.gates == "pass" and first.last_rung == "full"
+
+
+async def test_failed_starts_are_recorded_and_not_retried(tmp_path: Path) -> None:
+    rec = FakeReconfigurer(fail={"ddtree-b8-t4-w2048-bs8": "the engine exited during startup (exit code 1)"})
+    loop = make_loop(tmp_path, reconfigurer=rec, budget=Budget(max_restarts=6))
+    await loop.run()
+    failed = loop.search.records["ddtree-b8-t4-w2048-bs8"]
+    assert failed.status == "failed" and failed.failure is not None and "failed_to_start" in failed.failure
+    measured = [label for label, restore in zip(rec.calls, rec.restores, strict=True) if not restore]
+    assert measured.count("ddtree-b8-t4-w2048-bs8") == 1 and rec.restores[-1]
+    doc = search_document(loop.search, stop_reason="x", settings={}, restarts=6)
+    entry = next(p for p in doc["path"] if p["label"] == "ddtree-b8-t4-w2048-bs8")
+    assert entry["outcome"].startswith("failed: failed_to_start")
+
+
+async def test_hours_budget(tmp_path: Path) -> None:
+    loop = make_loop(tmp_path, budget=Budget(max_hours=1e-9))
+    outcome = await loop.run()
+    assert outcome.restarts == 1 and outcome.stop_reason.startswith("time budget reached")  # only the restore
+
+
+def _fixed_cell(values: list[float]) -> dict[str, Any]:
+    return {
+        "context": 60,
+        "concurrency": 1,
+        "status": "ok",
+        "median": {"accept_length": 4.0},
+        "repeats": [{"output_tps": v, "errors": 0, "ok": 1, "itl_ms": {"p50": 30.0}} for v in values],
+    }
+
+
+def test_judge_keeps_a_config_within_the_noise_and_drops_one_clearly_behind(tmp_path: Path) -> None:
+    search = make_loop(tmp_path).search
+    from repro_py.tune.search import Proposal  # noqa: PLC0415
+
+    by_label = search.space.by_label()
+    for label, values in (
+        ("ddtree-b8-t4-w2048-bs8", [100.0, 101.0, 99.0]),
+        ("ddtree-b6-t2-w2048-bs8", [96.0, 97.0, 95.0]),  # 4% behind: inside the screen's noise
+        ("ddtree-b3-t1-w2048-bs8", [70.0, 71.0, 69.0]),  # 30% behind: clearly
+    ):
+        search.start(Proposal(by_label[label], "test"))
+        search.judge(label, 0, [_fixed_cell(values)])
+    assert search.records["ddtree-b6-t2-w2048-bs8"].alive == {"single-stream"}
+    assert search.records["ddtree-b3-t1-w2048-bs8"].alive == set()
+    reason = search.records["ddtree-b3-t1-w2048-bs8"].rungs[0].decisions["single-stream"]["reason"]
+    assert reason.startswith("clearly behind ddtree-b8-t4-w2048-bs8")
+    # a cell without a valid repeat is no measurement: the objective is dropped with the cell's reason
+    search.start(Proposal(by_label["ddtree-b5-t1-w2048-bs8"], "test"))
+    search.judge(
+        "ddtree-b5-t1-w2048-bs8",
+        0,
+        [{"context": 60, "concurrency": 1, "status": "error", "reason": "all 1 requests failed", "repeats": []}],
+    )
+    decision = search.records["ddtree-b5-t1-w2048-bs8"].rungs[0].decisions["single-stream"]
+    assert not decision["keep"] and "all 1 requests failed" in decision["reason"]
+
+
+def test_outcome_document_lists_the_search_path(tmp_path: Path) -> None:
+    loop = make_loop(tmp_path, SMALL_SPACE)
+    doc = search_document(loop.search, stop_reason="none yet", settings={"a": 1}, restarts=0)
+    assert doc["path"] == [] and doc["space_size"] == len(loop.search.space) == 22
