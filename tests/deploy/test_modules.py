@@ -212,3 +212,53 @@ def test_a_refused_start_names_the_start_limit():
     with pytest.raises(wait.EngineFailed, match="the start limit was hit"):
         refused = props(InvocationID="old", ActiveState="failed", SubState="failed", Result="start-limit-hit")
         wait.check_unit(refused, state())
+
+
+def _server(handler_status):
+    """A loopback HTTP server answering /generate: 200 for greedy requests, ``handler_status`` for sampled ones."""
+    import http.server  # noqa: PLC0415
+    import json  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+
+    seen = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append((body["sampling_params"], self.headers.get("Authorization")))
+            sampled = body["sampling_params"].get("temperature", 0) > 0
+            status = handler_status if sampled else 200
+            error = b'{"error": {"message": "curand_kernel.h: No such file"}}'
+            payload = b'{"text": " Paris"}' if status == 200 else error
+            self.send_response(status)
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args):
+            return None
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, seen
+
+
+def test_readiness_samples_with_temperature_above_zero():
+    server, seen = _server(200)
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        assert wait.sampled_generation(base, "k-1", 10, "inv") == " Paris"
+        assert seen[0][0]["temperature"] > 0 and seen[0][1] == "Bearer k-1"
+    finally:
+        server.shutdown()
+
+
+def test_a_failing_sampled_generation_fails_readiness_with_the_servers_words():
+    server, _ = _server(500)
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        failed = r"sampled generation \(temperature 0.8\) failed: .* returned 500"
+        with pytest.raises(wait.EngineFailed, match=failed) as exc:
+            wait.sampled_generation(base, "", 10, "inv")
+        assert "curand_kernel.h" in exc.value.reason
+    finally:
+        server.shutdown()

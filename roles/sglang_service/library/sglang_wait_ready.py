@@ -162,6 +162,30 @@ def http(method, url, api_key, body=None, timeout=30.0):
         raise NotReady(f"{method} {url}: {exc}") from exc
 
 
+SAMPLED = {
+    "text": "Name three prime numbers:",
+    "sampling_params": {"max_new_tokens": 8, "temperature": 0.8, "top_p": 0.95},
+}
+
+
+def sampled_generation(base, api_key, timeout, invocation):
+    """One generation with temperature > 0; its text, or EngineFailed with what the server said.
+
+    sglang's warmup generates greedily, so on a GPU host this is the first request
+    through the sampling kernels (FlashInfer builds them just in time: a missing
+    header or compiler fails here, at deploy time, not on a user's first request).
+    """
+    status, raw = http("POST", base + "/generate", api_key, body=SAMPLED, timeout=timeout)
+    if status != 200:
+        raise EngineFailed(
+            f"a sampled generation (temperature 0.8) failed: /generate returned {status}: {raw[:300]!r}", invocation
+        )
+    reply = json.loads(raw or b"{}")
+    if "text" not in reply:
+        raise EngineFailed(f"a sampled generation returned no text: {raw[:300]!r}", invocation)
+    return reply["text"]
+
+
 def normalize(value):
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
         return int(value)
@@ -273,23 +297,10 @@ def main():
                     phase = "sample"
                     phases["generate_s"] = round(time.monotonic() - t0, 3)
                 if phase == "sample":
-                    body = {
-                        "text": "Name three prime numbers:",
-                        "sampling_params": {"max_new_tokens": 8, "temperature": 0.8, "top_p": 0.95, "top_k": 40},
-                    }
                     # the first sampled request may build the sampling kernels: allow the rest of the budget
-                    budget = max(60.0, deadline - time.monotonic())
-                    status, raw = http("POST", base + "/generate", api_key, body=body, timeout=budget)
-                    if status != 200:
-                        raise EngineFailed(
-                            f"a sampled generation (temperature 0.8) failed: /generate returned {status}: "
-                            f"{raw[:300]!r}",
-                            state["invocation"],
-                        )
-                    reply = json.loads(raw or b"{}")
-                    if "text" not in reply:
-                        raise EngineFailed(f"a sampled generation returned no text: {raw[:300]!r}", state["invocation"])
-                    generation["sampled_text"] = reply["text"]
+                    generation["sampled_text"] = sampled_generation(
+                        base, api_key, max(60.0, deadline - time.monotonic()), state["invocation"]
+                    )
                     phase = "echo"
                     phases["sample_s"] = round(time.monotonic() - t0, 3)
                 if phase == "echo":
