@@ -33,7 +33,8 @@ export PYTHONUNBUFFERED := 1
 APT_PACKAGES := podman runc debootstrap patch bubblewrap gnupg dpkg-dev
 
 .PHONY: help demo test setup system-packages venv cpu-venv image testhost wheelhouse deploy sweep tune \
-        lint manifest manifest-check locks unit host-checks molecule e2e e2e-tune clean-testhost
+        lint manifest manifest-check locks unit host-checks molecule service-checks service-checks-run \
+        e2e e2e-run e2e-tune clean-testhost
 
 help:
 	@sed -n '2,7p' Makefile
@@ -120,16 +121,42 @@ host-checks: setup image wheelhouse
 molecule: setup image wheelhouse
 	$(BIN)/molecule test
 
-# The sweep through Ansible on the deployed test host (interrupt + resume,
-# report, manifest), kept under results/ for inspection.
+# The service on the deployed test host: start limit (deliberate starts vs a
+# crash loop), GPU device nodes in the unit's sandbox, API keys out of ps, the
+# journal and the artifacts, refusals before a start (GPU memory, compute mode,
+# MIG, a taken port) with the server still serving, rollback on its own port,
+# drain through the main process.
+service-checks: deploy
+	$(MAKE) --no-print-directory service-checks-run
+
+service-checks-run: venv
+	SGLANG_TESTHOST=1 $(PY) -m pytest -q -p no:cacheprovider --durations=0 tests/deploy/test_service_testhost.py
+
+# The sweep through Ansible on the deployed test host (7 configs in one run
+# within the start-limit hour, interrupt + resume, report, manifest), kept
+# under results/ for inspection.
 e2e: deploy
-	SGLANG_TESTHOST=1 SWEEP_E2E_RESULTS=$(RESULTS) $(PY) -m pytest -q -p no:cacheprovider tests/e2e
+	$(MAKE) --no-print-directory e2e-run
 
 # Only the tuner's end-to-end test (make e2e runs it with the sweep's).
 e2e-tune: deploy
 	SGLANG_TESTHOST=1 SWEEP_E2E_RESULTS=$(RESULTS) $(PY) -m pytest -q -p no:cacheprovider tests/e2e/test_tune_testhost.py
 
-test: setup lint manifest-check locks unit host-checks molecule e2e
+e2e-run: venv
+	SGLANG_TESTHOST=1 SWEEP_E2E_RESULTS=$(RESULTS) $(PY) -m pytest -q -p no:cacheprovider -s tests/e2e
+
+# Every stage in order, each timed; the times go to results/stage-times.txt.
+TEST_STAGES := setup lint manifest-check locks unit host-checks molecule deploy service-checks-run e2e-run
+test:
+	@mkdir -p $(RESULTS); times=$(RESULTS)/stage-times.txt; : > $$times; all=$$(date +%s); \
+	for stage in $(TEST_STAGES); do \
+	  t=$$(date +%s); \
+	  if ! $(MAKE) --no-print-directory $$stage; then \
+	    echo "make test: stage $$stage FAILED after $$(( $$(date +%s) - t )) s" | tee -a $$times; exit 1; \
+	  fi; \
+	  echo "make test: stage $$stage took $$(( $$(date +%s) - t )) s" | tee -a $$times; \
+	done; \
+	echo "make test: all $(words $(TEST_STAGES)) stages took $$(( $$(date +%s) - all )) s" | tee -a $$times
 
 clean-testhost:
 	testhost/down.sh sglang-testhost || true

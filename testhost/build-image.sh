@@ -28,9 +28,16 @@ for tool in podman debootstrap runc curl; do
     command -v "$tool" >/dev/null || { echo "build-image: '$tool' is not installed (apt-get install podman runc debootstrap curl)" >&2; exit 2; }
 done
 
+# The image carries the sha256 of this recipe as a label: an image built by an
+# older recipe (other packages, another release) is rebuilt, never reused.
+recipe=$(sha256sum "$here/build-image.sh" | cut -c1-64)
 if [[ $force -eq 0 ]] && podman image exists "$image"; then
-    echo "build-image: reusing $image"
-    exit 0
+    built_by=$(podman image inspect --format '{{ index .Labels "org.sglang-ddtree.recipe" }}' "$image" 2>/dev/null || true)
+    if [[ "$built_by" == "$recipe" ]]; then
+        echo "build-image: reusing $image (recipe ${recipe:0:12})"
+        exit 0
+    fi
+    echo "build-image: $image was built by another recipe (${built_by:-unlabelled}), rebuilding with ${recipe:0:12}"
 fi
 
 work=$(mktemp -d /var/tmp/sglang-testhost.XXXXXX)
@@ -65,5 +72,6 @@ echo "deb $mirror $suite main universe" > "$rootfs/etc/apt/sources.list"
 : > "$rootfs/etc/machine-id"
 rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
 tar -C "$rootfs" --numeric-owner -c . | podman import \
-    --change 'CMD ["/sbin/init"]' --change 'STOPSIGNAL SIGRTMIN+3' - "$image" >/dev/null
+    --change 'CMD ["/sbin/init"]' --change 'STOPSIGNAL SIGRTMIN+3' \
+    --change "LABEL org.sglang-ddtree.recipe=$recipe" - "$image" >/dev/null
 echo "build-image: built $image ($(chroot "$rootfs" systemctl --version | head -1), $(chroot "$rootfs" python3 --version))"

@@ -22,6 +22,14 @@ Arguments (all optional):
               parallel sizes); decimal strings are accepted, booleans refused.
 ``booleans``  ``{name: value}``: each must be a real boolean.
 ``choices``   ``{name: {value, allowed: [...]}}``.
+``engine_choices`` ``{name: {value, choices, allow_empty}}``: ``choices`` names one of
+              sglang 0.5.23's own lists (``attention_backend``, ``tool_call_parser``,
+              ``reasoning_parser``; ``repro_py.simengine.sglang_choices``, checked
+              against the wheel by the tests); ``allow_empty``: '' means "not set".
+``exposure``  ``{host, api_key_set, key_problems, allow_unauthenticated}``: a bind
+              address beyond loopback needs an API key unless explicitly allowed;
+              ``key_problems`` names keys that are not one printable word. Only
+              booleans and names travel here, never a key.
 
 Returns ``config`` (normalized short keys), ``label``, ``engine_flags``
 (``to_engine_flags``), ``integers`` (normalized ints) and ``problems``.
@@ -29,6 +37,7 @@ Returns ``config`` (normalized short keys), ``label``, ``engine_flags``
 
 from __future__ import annotations
 
+import ipaddress
 import sys
 from pathlib import Path
 
@@ -39,6 +48,13 @@ if str(_REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(_REPO_ROOT))
 
 from repro_py import spec_config  # noqa: E402
+from repro_py.simengine import sglang_choices  # noqa: E402
+
+ENGINE_CHOICES = {
+    "attention_backend": sglang_choices.ATTENTION_BACKENDS,
+    "tool_call_parser": sglang_choices.TOOL_CALL_PARSERS,
+    "reasoning_parser": sglang_choices.REASONING_PARSERS,
+}
 
 _SPEC_KEYS = spec_config.SHORT_KEYS
 _DDTREE_ONLY = ("budget", "topk")
@@ -85,6 +101,50 @@ def merge_short_keys(explicit: dict[str, object], config: dict[str, object]) -> 
             continue
         raw[key] = config[key]
     return raw
+
+
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 and localhost; every other address or name reaches beyond this host."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def exposure_problems(spec: dict[str, object]) -> list[str]:
+    """Refuse a network-reachable server without an API key (unless allowed)."""
+    problems = [str(p) for p in (spec.get("key_problems") or [])]
+    host = str(spec.get("host") or "")
+    allow, err = spec_config.parse_bool(
+        "sglang_service_allow_unauthenticated_bind", spec.get("allow_unauthenticated", False)
+    )
+    if err:
+        return [*problems, err]
+    if not is_loopback(host) and spec.get("api_key_set") is not True and not allow:
+        problems.append(
+            f"sglang_service_host={host!r} is reachable beyond this host and no sglang_service_api_key is set: "
+            "every endpoint, including admin ones such as /update_weights_from_disk, would be open to the network; "
+            "set sglang_service_api_key (keep it in Ansible Vault), bind 127.0.0.1, or set "
+            "sglang_service_allow_unauthenticated_bind: true"
+        )
+    return problems
+
+
+def engine_choice_problems(checks: dict[str, object]) -> list[str]:
+    problems = []
+    for name, spec in checks.items():
+        if not isinstance(spec, dict) or spec.get("choices") not in ENGINE_CHOICES:
+            problems.append(f"{name}: engine choice check needs choices in {sorted(ENGINE_CHOICES)}")
+            continue
+        allowed = ENGINE_CHOICES[str(spec["choices"])]
+        value = spec.get("value")
+        if value == "" and spec.get("allow_empty"):
+            continue
+        if value not in allowed:
+            problems.append(f"{name}={value!r} is not one of sglang 0.5.23's choices; allowed: {', '.join(allowed)}")
+    return problems
 
 
 class ActionModule(ActionBase):
@@ -153,6 +213,10 @@ class ActionModule(ActionBase):
             value = spec.get("value")
             if value not in allowed:
                 problems.append(f"{name}={value!r} is not allowed; allowed: {', '.join(map(str, allowed))}")
+
+        problems.extend(engine_choice_problems(args.get("engine_choices") or {}))
+        if args.get("exposure") is not None:
+            problems.extend(exposure_problems(args["exposure"] or {}))
 
         if problems:
             result.update(

@@ -310,6 +310,7 @@ async def run_cell(
             f"repeat {r['repeat']}: {r['reason']}" for r in failed
         )
         return cell
+    mark_queued(cell, info.running_cap if info else None)
     mismatch = check_prompt_tokens(
         context, [r.prompt_tokens for r in counted if r.prompt_tokens is not None],
         abs_tol=settings.prompt_abs_tol, rel_tol=settings.prompt_rel_tol,
@@ -384,5 +385,19 @@ async def run_matrix(
     }
 
 
+def mark_queued(cell: dict[str, Any], cap: int | None) -> None:
+    """A cell above the server's running-request cap measured the cap plus a queue, not that
+    concurrency: status ``queued`` (left out of every tok/s figure), with the cap and why."""
+    cell["running_cap"] = cap
+    cell["queued"] = cap is not None and int(cell["concurrency"]) > cap
+    if cap is not None and cell["queued"] and cell.get("status") == "ok":
+        cell["status"] = "queued"
+        cell["reason"] = (
+            f"concurrency {cell['concurrency']} is above the server's running-request cap {cap}: "
+            f"{int(cell['concurrency']) - cap} requests waited in its queue, so this is not throughput at "
+            f"concurrency {cell['concurrency']}"
+        )
+
+
 def cell_ok(cell: dict[str, Any]) -> bool:
-    return cell.get("status") in ("ok", "skipped")
+    return cell.get("status") in ("ok", "skipped", "queued")

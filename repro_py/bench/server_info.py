@@ -87,6 +87,20 @@ class ServerInfo:
         return str(name) if name else None
 
     @property
+    def running_cap(self) -> int | None:
+        """Requests the server runs at once; more wait in its queue (DFLASH: 48 unless set).
+
+        The scheduler's own figure, summed over DP ranks (``internal_states[i].
+        effective_max_running_requests_per_dp``), else the resolved ``max_running_requests``.
+        """
+        states = self.raw.get("internal_states")
+        if isinstance(states, list) and states:
+            caps = [_opt_int(s.get("effective_max_running_requests_per_dp")) for s in states if isinstance(s, dict)]
+            if caps and all(c is not None for c in caps):
+                return sum(c for c in caps if c is not None)
+        return _opt_int(self.raw.get("max_running_requests"))
+
+    @property
     def avg_spec_accept_length(self) -> float | None:
         """Lifetime average from ``internal_states`` (for display only; cells use counter deltas)."""
         states = self.raw.get("internal_states")
@@ -103,6 +117,7 @@ class ServerInfo:
             "version": self.version,
             "sim_speed": self.sim_speed,
             "max_total_num_tokens": self.max_total_num_tokens,
+            "running_cap": self.running_cap,
             "context_length": self.context_length,
             "served_model_name": self.served_model_name,
             "speculative": {

@@ -88,6 +88,7 @@ def context(
         "ok": [r for r in table if r["status"] == "ok"],
         "failed": failed,
         "rows": table,
+        "queued": [c for c in tables.cell_rows(run) if c["cell_status"] == "queued"],
         "winners": [w.as_dict() for w in winners],
         "contexts": run.contexts,
         "concurrency": run.concurrency,

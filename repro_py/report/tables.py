@@ -288,6 +288,7 @@ def cell_rows(run: Run) -> Iterable[dict[str, Any]]:
                 "context": cell.get("context"),
                 "concurrency": cell.get("concurrency"),
                 "cell_status": cell.get("status"),
+                "running_cap": cell.get("running_cap"),
                 "output_tps": cell_figure(cell, "output_tps") if cell.get("status") == "ok" else None,
                 "accept_length": cell_figure(cell, "accept_length") if cell.get("status") == "ok" else None,
                 "cv": cell_cv(cell),

@@ -20,7 +20,13 @@ from repro_py import spec_config
 from repro_py.exitcodes import ExitCode
 from repro_py.simengine.faults import ALLOWED, FaultError, Faults, parse_faults
 from repro_py.simengine.perf_model import HOST_SCALE
-from repro_py.simengine.sglang_choices import ATTENTION_BACKENDS, KNOWN_ALGORITHMS, REASONING_PARSERS
+from repro_py.simengine.sglang_choices import (
+    ATTENTION_BACKENDS,
+    CUDA_GRAPH_BACKENDS,
+    KNOWN_ALGORITHMS,
+    REASONING_PARSERS,
+    TOOL_CALL_PARSERS,
+)
 
 SGLANG_VERSION = "0.5.23"
 DEFAULT_KV_TOKENS = 400_000  # 64 x (8192 + 512) = 557k does not fit; 64 x (4096 + 512) does
@@ -111,6 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="Split reasoning into reasoning_content (the model uses <think>...</think>).",
     )
+    p.add_argument(
+        "--tool-call-parser",
+        choices=TOOL_CALL_PARSERS,
+        default=None,
+        help="Parser of tool calls (accepted and echoed; the simulated engine emits no tool calls).",
+    )
     p.add_argument("--skip-server-warmup", action="store_true", help="Skip the warmup request.")
     p.add_argument("--stream-response-default-include-usage", action="store_true")
     p.add_argument("--enable-cache-report", action="store_true")
@@ -127,6 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     # ambiguous abbreviation there and argparse refuses it, so it is refused here too.
     p.add_argument("--cuda-graph-max-bs-decode", type=int, default=None)
     p.add_argument("--cuda-graph-max-bs-prefill", type=int, default=None)
+    p.add_argument("--cuda-graph-backend-decode", choices=CUDA_GRAPH_BACKENDS, default=None)
+    p.add_argument("--cuda-graph-backend-prefill", choices=CUDA_GRAPH_BACKENDS, default=None)
     p.add_argument(
         "--disable-cuda-graph",
         action=_DeprecatedStoreTrue,

@@ -1,6 +1,11 @@
 """Process lifecycle: load (nothing listens) -> listen + warmup (/health 503, /v1/models 200)
 -> ready -> SIGTERM: drain (/health 503) -> optional linger (old process still answers
 /v1/models) -> exit.
+
+Like sglang, the main process has a child (the scheduler's stand-in) with no
+SIGTERM handler: only the main process drains. A SIGTERM sent to the child
+too (systemd's KillMode=control-group) kills it at once, and the requests in
+flight fail; the main process stops the child itself after the drain.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ import contextlib
 import logging
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -58,15 +64,26 @@ def describe(settings: Settings) -> str:
     )
 
 
+# The scheduler's stand-in: default SIGTERM disposition (it dies), exits when its parent is gone.
+_CHILD_CODE = "import os, time\nparent = os.getppid()\nwhile os.getppid() == parent:\n    time.sleep(0.5)\n"
+
+
 def run(settings: Settings) -> int:
     _setup_logging(settings.args.get("log_level", "info"))
     log.info(describe(settings))
+    # sglang 0.5.23 logs every resolved argument at startup, keys included (entrypoints/engine.py).
+    log.info(f"server_args={settings.args}")
     for warning in settings.warnings:
         log.warning(warning)
+    child = subprocess.Popen([sys.executable, "-c", _CHILD_CODE], stdin=subprocess.DEVNULL)
     try:
-        return asyncio.run(_main(settings))
+        return asyncio.run(_main(settings, child))
     except KeyboardInterrupt:  # pragma: no cover - signals are handled in the loop
         return 130
+    finally:
+        child.terminate()  # sglang kills its process tree at the end (kill_process_tree)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=5)
 
 
 async def _sleep_or_stop(seconds: float, stop: asyncio.Event) -> bool:
@@ -76,7 +93,7 @@ async def _sleep_or_stop(seconds: float, stop: asyncio.Event) -> bool:
     return stop.is_set()
 
 
-async def _main(settings: Settings) -> int:
+async def _main(settings: Settings, child: subprocess.Popen[bytes]) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     force = asyncio.Event()
@@ -90,6 +107,30 @@ async def _main(settings: Settings) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, int(sig))
+    try:
+        return await _serve(settings, stop, force, received, child)
+    finally:
+        child.terminate()  # before the loop closes: the watcher's thread waits on the child
+
+
+async def _watch_child(child: subprocess.Popen[bytes], state: EngineState) -> None:
+    """A dead scheduler fails the requests in flight (sglang cannot serve without it)."""
+    await asyncio.to_thread(child.wait)
+    if state.scheduler.active:
+        crash(
+            f"scheduler process {child.pid} exited with {child.returncode} while "
+            f"{state.scheduler.active} request(s) were in flight"
+        )
+    log.info(f"Scheduler process {child.pid} exited with {child.returncode}. (SIMULATED)")
+
+
+async def _serve(
+    settings: Settings,
+    stop: asyncio.Event,
+    force: asyncio.Event,
+    received: list[int],
+    child: subprocess.Popen[bytes],
+) -> int:
 
     # ---- load: nothing listens -------------------------------------------------------
     log.info(
@@ -123,6 +164,7 @@ async def _main(settings: Settings) -> int:
 
     # ---- listen + warmup -------------------------------------------------------------
     state = EngineState(settings)
+    watcher = asyncio.get_running_loop().create_task(_watch_child(child, state))
     app = build_app(state)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
@@ -174,6 +216,7 @@ async def _main(settings: Settings) -> int:
             )
             await _sleep_or_stop(settings.linger_seconds, force)
     finally:
+        watcher.cancel()
         await state.scheduler.stop()
         await runner.cleanup()
     log.info("Shutdown complete. (SIMULATED)")

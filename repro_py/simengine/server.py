@@ -114,7 +114,7 @@ def build_app(state: EngineState) -> web.Application:
                 "weight_version": "default",
                 "load_format": "auto",
                 "reasoning_parser": settings.reasoning_parser,
-                "tool_call_parser": None,
+                "tool_call_parser": settings.args.get("tool_call_parser"),
                 "disaggregation_mode": "null",
                 "has_image_understanding": False,
                 "has_audio_understanding": False,

@@ -113,3 +113,200 @@ def test_abandoned_lock_is_taken_over(tmp_path: Path):
     result = lock.acquire(path, "new", timeout=1, stale_after=60, poll=0.01)
     assert result["took_over"]["owner"] == "gone"
     assert lock.read_holder(path)["owner"] == "new"
+
+
+# ---- GPU state: held memory, compute mode, MIG ---------------------------------------------------
+
+gpu = load_module("sglang_gpu_state", ROOT / "roles/sglang_service/library/sglang_gpu_state.py")
+pre = load_module("sglang_precheck", ROOT / "roles/sglang_service/library/sglang_precheck.py")
+
+SMI_GPUS = (
+    "0, GPU-a, NVIDIA RTX PRO 6000, 15, 97887, Default, Disabled, Disabled\n"
+    "1, GPU-b, NVIDIA RTX PRO 6000, 80512, 97887, Default, [N/A], [N/A]\n"
+)
+SMI_APPS = "4242, GPU-b, 80000, /opt/sglang/venv/bin/python\n777, GPU-b, [N/A], python, with, commas\n"
+
+
+def test_nvidia_smi_csv_is_parsed_with_na_values():
+    gpus = gpu.parse_gpus(SMI_GPUS)
+    assert [g["index"] for g in gpus] == [0, 1]
+    assert gpus[1]["memory_used_mib"] == 80512 and gpus[1]["mig_current"] == "[N/A]"
+    apps = gpu.parse_apps(SMI_APPS)
+    python = "/opt/sglang/venv/bin/python"
+    assert apps[0] == {"pid": 4242, "gpu_uuid": "GPU-b", "used_mib": 80000, "process_name": python}
+    assert apps[1]["used_mib"] is None and apps[1]["process_name"] == "python, with, commas"
+
+
+def _problems(gpus, apps=(), targets=(0, 1), *, allowed=(), modes=("Default",)):
+    return gpu.problems_of(
+        list(gpus), list(apps), list(targets), allowed=set(allowed), max_unattributed=1024, modes_allowed=list(modes)
+    )
+
+
+def _gpu(index, used=0, mode="Default", mig="Disabled", pending="Disabled"):
+    return {"index": index, "uuid": f"GPU-{index}", "name": "G", "memory_used_mib": used, "memory_total_mib": 97887,
+            "compute_mode": mode, "mig_current": mig, "mig_pending": pending}  # fmt: skip
+
+
+def test_the_units_own_processes_may_hold_memory_nothing_else_may():
+    gpus = [_gpu(0), _gpu(1, used=80512)]
+    apps = [{"pid": 4242, "gpu_uuid": "GPU-1", "used_mib": 80000, "process_name": "python"}]
+    assert _problems(gpus, apps, allowed={4242}) == []
+    problems = _problems(gpus, apps, allowed={1})
+    assert problems == ["GPU 1 (G, GPU-1): 80000 MiB held by pid 4242 (python), not a process of this service"]
+
+
+def test_memory_no_process_accounts_for_is_refused():
+    problems = _problems([_gpu(0, used=30000), _gpu(1)])
+    assert len(problems) == 1 and "30000 MiB in use that no listed process accounts for" in problems[0]
+    assert _problems([_gpu(0, used=1024), _gpu(1)]) == []  # the tolerance
+
+
+@pytest.mark.parametrize(
+    ("mode", "words"),
+    [("Prohibited", "no process may create a CUDA context"), ("Exclusive_Process", "one process may hold a context")],
+)
+def test_compute_modes_that_stop_the_server_are_refused(mode, words):
+    problems = _problems([_gpu(0), _gpu(1, mode=mode)])
+    assert len(problems) == 1 and f"GPU 1 (G, GPU-1) compute mode is {mode}: {words}" in problems[0]
+    assert _problems([_gpu(0), _gpu(1, mode=mode)], modes=("Default", mode)) == []
+
+
+def test_mig_enabled_or_pending_is_refused_and_only_target_gpus_count():
+    assert "MIG mode is enabled" in _problems([_gpu(0, mig="Enabled"), _gpu(1)])[0]
+    assert "MIG mode is pending" in _problems([_gpu(0), _gpu(1, pending="Enabled")])[0]
+    assert _problems([_gpu(0), _gpu(1, mig="Enabled", used=50000)], targets=(0,)) == []
+    assert _problems([_gpu(0)], targets=(0, 3)) == ["GPU(s) [3] not found (nvidia-smi lists [0])"]
+
+
+# ---- pre-checks before the running server is stopped ---------------------------------------------
+
+
+def test_port_held_by_the_units_own_server_is_fine_anything_else_is_not():
+    line = 'LISTEN 0 1024 127.0.0.1:31001 0.0.0.0:* users:(("python",pid=10,fd=7))'
+    assert pre.port_problem(31001, [], {10}) is None
+    assert pre.port_problem(31001, [(line, {10})], {10, 11}) is None
+    msg = pre.port_problem(31001, [(line, {10})], {99})
+    assert msg is not None and "port 31001 is held by another listener, not by this service" in msg
+    unseen = pre.port_problem(31001, [("LISTEN 0 1 127.0.0.1:31001 0.0.0.0:*", set())], {10})
+    assert unseen is not None and "no process visible here" in unseen
+
+
+def test_bind_address_must_be_local():
+    assert pre.bind_problem("0.0.0.0") is None and pre.bind_problem("127.0.0.1") is None
+    assert pre.bind_problem("192.0.2.77") == "bind address '192.0.2.77' is not an address of this host"
+
+
+# ---- readiness wait: the key file and the start-limit message -------------------------------------
+
+
+def test_api_key_is_read_from_the_keys_file(tmp_path: Path):
+    keys = tmp_path / "k.json"
+    keys.write_text('{"_managed": "Ansible managed", "api_key": "k-1", "admin_api_key": null}')
+    assert wait.read_api_key(str(keys)) == "k-1"
+    assert wait.read_api_key(str(tmp_path / "absent.json")) == ""
+    assert wait.read_api_key("") == ""
+
+
+def test_a_refused_start_names_the_start_limit():
+    with pytest.raises(wait.EngineFailed, match="the start limit was hit"):
+        refused = props(InvocationID="old", ActiveState="failed", SubState="failed", Result="start-limit-hit")
+        wait.check_unit(refused, state())
+
+
+def _server(handler_status):
+    """A loopback HTTP server answering /generate: 200 for greedy requests, ``handler_status`` for sampled ones."""
+    import http.server  # noqa: PLC0415
+    import json  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+
+    seen = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append((body["sampling_params"], self.headers.get("Authorization")))
+            sampled = body["sampling_params"].get("temperature", 0) > 0
+            status = handler_status if sampled else 200
+            error = b'{"error": {"message": "curand_kernel.h: No such file"}}'
+            payload = b'{"text": " Paris"}' if status == 200 else error
+            self.send_response(status)
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args):
+            return None
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, seen
+
+
+def test_readiness_samples_with_temperature_above_zero():
+    server, seen = _server(200)
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        assert wait.sampled_generation(base, "k-1", 10, "inv") == " Paris"
+        assert seen[0][0]["temperature"] > 0 and seen[0][1] == "Bearer k-1"
+    finally:
+        server.shutdown()
+
+
+def test_a_failing_sampled_generation_fails_readiness_with_the_servers_words():
+    server, _ = _server(500)
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        failed = r"sampled generation \(temperature 0.8\) failed: .* returned 500"
+        with pytest.raises(wait.EngineFailed, match=failed) as exc:
+            wait.sampled_generation(base, "", 10, "inv")
+        assert "curand_kernel.h" in exc.value.reason
+    finally:
+        server.shutdown()
+
+
+# ---- readiness against the simulated engine: DDTree refuses sampling, DFLASH serves it ---------------
+
+
+@pytest.fixture(scope="module")
+def sim_engines(tmp_path_factory: pytest.TempPathFactory):
+    from repro_py.simengine.testing import ddtree_flags, start_engine  # noqa: PLC0415
+
+    fast = ["--sim-load-seconds", "0.1", "--sim-warmup-seconds", "0.1", "--api-key", "k-1"]
+    dflash = ["--speculative-algorithm", "DFLASH", "--speculative-dflash-block-size", "8",
+              "--speculative-draft-window-size", "2048"]
+    engines = {
+        "ddtree": start_engine([*ddtree_flags(budget=8, topk=4, window=2048, block=8), *fast],
+                               model_root=tmp_path_factory.mktemp("m1")),
+        "dflash": start_engine([*dflash, *fast], model_root=tmp_path_factory.mktemp("m2")),
+    }
+    try:
+        for eng in engines.values():
+            eng.wait_ready(30)
+        yield engines
+    finally:
+        for eng in engines.values():
+            eng.stop(timeout=5)
+
+
+def test_readiness_expects_a_ddtree_server_to_refuse_sampling(sim_engines):
+    """A DDTree server serves greedy decoding only: a readiness check demanding a sampled
+    generation would fail every DDTree deploy; it must expect the refusal instead."""
+    ddtree = sim_engines["ddtree"].url
+    with pytest.raises(wait.EngineFailed, match="returned 400"):
+        wait.sampled_generation(ddtree, "k-1", 10, "inv")
+    assert wait.sampled_generation(ddtree, "k-1", 10, "inv", "refused").startswith("refused: ")
+
+
+def test_readiness_fails_a_ddtree_server_that_answers_a_sampled_request(sim_engines):
+    """The refusal is demanded, not just tolerated: a tree server that samples would be served wrongly."""
+    with pytest.raises(wait.EngineFailed, match="must refuse a sampled generation"):
+        wait.sampled_generation(sim_engines["dflash"].url, "k-1", 10, "inv", "refused")
+    assert wait.sampled_generation(sim_engines["dflash"].url, "k-1", 10, "inv", "served")
+
+
+def test_the_role_asks_for_the_refusal_exactly_for_ddtree():
+    text = (ROOT / "roles/sglang_service/vars/main.yml").read_text()
+    rule = "{{ 'refused' if _sglang_service_spec.algorithm == 'ddtree' else 'served' }}"
+    assert f'_sglang_service_sampling: "{rule}"' in text
+    body = (ROOT / "roles/sglang_service/tasks/service.yml").read_text()
+    assert body.count('sampling: "{{ _sglang_service_sampling }}"') == 3

@@ -60,9 +60,9 @@ def test_unit_verifies(run_playbook, tmp_path, engine):
     assert res.returncode == 0, res.stdout + res.stderr
     assert "sglang-test.service" not in res.stderr, res.stderr  # no warning about this unit
     assert unit.startswith("# Ansible managed")
-    assert "k-123" not in unit  # the key lives in the 0600 EnvironmentFile only
-    assert "--api-key ${SGLANG_API_KEY}" in unit
-    assert "EnvironmentFile=/etc/sglang/sglang-test.env" in unit
+    assert "k-123" not in unit  # the key lives in the 0640 keys file only
+    assert "--api-key" not in unit  # never on the command line: ps shows it to every user
+    assert "sglang-launch.py --keys-file /etc/sglang/sglang-test.keys.json " in unit
 
 
 def test_both_engines_get_identical_flags(run_playbook, tmp_path):
@@ -77,9 +77,10 @@ def test_both_engines_get_identical_flags(run_playbook, tmp_path):
     assert all(w.startswith("--sim-") for w in sim_only[::2]), sim_only
     assert sim_only[-2:] == ["--sim-fault", "crash-on-load"]
     assert not any(w.startswith("--sim-") for w in real_argv["argv"])
-    # The unit's ExecStart is exactly python -m MODULE + argv.
-    assert exec_start_words(real) == [f"{VENV}/bin/python", "-m", "sglang.launch_server", *real_argv["argv"]]
-    assert exec_start_words(sim) == [f"{VENV}/bin/python", "-m", "repro_py.simengine", *sim_argv["argv"]]
+    # The unit's ExecStart is exactly python LAUNCHER MODULE + argv.
+    launcher = "/usr/local/libexec/sglang-deploy/sglang-launch.py"
+    assert exec_start_words(real) == [f"{VENV}/bin/python", launcher, "sglang.launch_server", *real_argv["argv"]]
+    assert exec_start_words(sim) == [f"{VENV}/bin/python", launcher, "repro_py.simengine", *sim_argv["argv"]]
 
 
 def test_spec_flags_come_from_spec_config(run_playbook, tmp_path):
@@ -108,7 +109,7 @@ def test_unit_hardening_keeps_gpus_visible(run_playbook, tmp_path):
         "NoNewPrivileges=yes",
         "ProtectSystem=full",
         "PrivateTmp=yes",
-        "KillMode=control-group",
+        "KillMode=mixed",
         "Restart=on-failure",
         "TimeoutStartSec=1200",
         "User=sglang",
@@ -118,3 +119,32 @@ def test_unit_hardening_keeps_gpus_visible(run_playbook, tmp_path):
         assert forbidden not in unit, forbidden
     unit_off, _ = render(run_playbook, tmp_path / "off", "-e", '{"sglang_service_hardening": false}')
     assert "NoNewPrivileges" not in unit_off
+
+
+def test_the_main_process_drains_and_the_unit_starts_after_persistenced(run_playbook, tmp_path):
+    unit, _ = render(run_playbook, tmp_path)
+    assert "\nKillMode=mixed\n" in unit and "KillMode=control-group" not in unit
+    assert "\nAfter=network-online.target nvidia-persistenced.service\n" in unit
+
+
+def test_kimi_flags_of_sglang_0_5_23(run_playbook, tmp_path):
+    _, argv = render(run_playbook, tmp_path, "-e", '{"sglang_service_disable_cuda_graph": true}')
+    words = " ".join(argv["argv"])
+    assert "--tool-call-parser kimi_k2" in words
+    assert "--cuda-graph-backend-decode disabled --cuda-graph-backend-prefill disabled" in words
+    assert "--disable-cuda-graph" not in words  # deprecated in 0.5.23
+
+
+def test_gpu_device_nodes_are_created_then_opened_in_the_sandbox(run_playbook, tmp_path):
+    nodes = '{"sglang_service_gpu_device_nodes": ["/dev/nvidiactl", "/dev/nvidia1", "/dev/nvidia0", "/dev/nvidia-uvm"]}'
+    unit, _ = render(run_playbook, tmp_path, "-e", nodes, "-e", "_sglang_service_modprobe_present=true")
+    lines = [ln for ln in unit.splitlines() if ln.startswith("ExecStartPre=")]
+    assert lines == [
+        "ExecStartPre=-+/usr/bin/nvidia-modprobe -c 0 -c 1 -c 255",
+        "ExecStartPre=-+/usr/bin/nvidia-modprobe -u -c 0",
+        f"ExecStartPre={VENV}/bin/python /usr/local/libexec/sglang-deploy/sglang-device-check.py "
+        "/dev/nvidia-uvm /dev/nvidia0 /dev/nvidia1 /dev/nvidiactl",
+    ]
+    assert unit.index("ExecStartPre=") < unit.index("ExecStart=")
+    no_gpu, _ = render(run_playbook, tmp_path / "none")
+    assert "ExecStartPre=" not in no_gpu

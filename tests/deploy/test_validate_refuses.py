@@ -31,7 +31,23 @@ BAD_INPUTS = [
     (["-e", "sglang_service_tp_size=0"], "sglang_service_tp_size=0 is out of range; allowed 1..64"),
     (["-e", "sglang_service_engine=vllm"], "sglang_service_engine='vllm' is not allowed; allowed: sglang, simulated"),
     (["-e", "sim_fault=crash-on-load"], "faults are for engine simulated only"),
+    (
+        ["-e", "sglang_service_attention_backend=cutlass_mla"],
+        "sglang_service_attention_backend='cutlass_mla' is not one of sglang 0.5.23's choices; "
+        "allowed: triton, torch_native",
+    ),
+    (
+        ["-e", "sglang_service_tool_call_parser=kimi"],
+        "sglang_service_tool_call_parser='kimi' is not one of sglang 0.5.23's",
+    ),
+    (
+        ["-e", '{"sglang_service_extra_args": ["--api-key", "k"]}'],
+        "a list without --api-key/--admin-api-key: a key on the command line is visible to every user",
+    ),
 ]
+
+# The production inventories bind 0.0.0.0; their key comes from Ansible Vault.
+VAULT_KEY = ["-e", "vault_sglang_service_api_key=k-test-0123456789"]
 
 
 def _flat(text: str) -> str:
@@ -40,7 +56,7 @@ def _flat(text: str) -> str:
 
 @pytest.mark.parametrize(("extra", "message"), BAD_INPUTS, ids=[" ".join(a) for a, _ in BAD_INPUTS])
 def test_bad_input_refused_before_the_host(run_playbook, extra, message):
-    res = run_playbook("-i", "inventory/ct200", "playbooks/reconfigure.yml", *extra)
+    res = run_playbook("-i", "inventory/ct200", "playbooks/reconfigure.yml", *VAULT_KEY, *extra)
     out = _flat(res.stdout + res.stderr)
     assert res.returncode != 0, out[-2000:]
     assert message in out, out[-3000:]
@@ -51,7 +67,7 @@ def test_bad_input_refused_before_the_host(run_playbook, extra, message):
 @pytest.mark.parametrize("playbook", ["site.yml", "playbooks/reconfigure.yml", "playbooks/collect.yml"])
 def test_every_playbook_validates_first(run_playbook, playbook):
     res = run_playbook(
-        "-i", "inventory/ct200", playbook, "-e", "budget=0", "-e", "sglang_service_disable_cuda_graph=yes"
+        "-i", "inventory/ct200", playbook, *VAULT_KEY, "-e", "budget=0", "-e", "sglang_service_disable_cuda_graph=yes"
     )
     out = _flat(res.stdout)
     assert res.returncode != 0
@@ -65,6 +81,7 @@ def test_every_problem_is_reported_at_once(run_playbook):
         "-i",
         "inventory/ct200",
         "playbooks/reconfigure.yml",
+        *VAULT_KEY,
         "-e",
         "budget=8",
         "-e",
@@ -81,20 +98,24 @@ def test_every_problem_is_reported_at_once(run_playbook):
 
 
 def test_valid_inputs_pass_without_contacting_the_host(run_playbook):
-    res = run_playbook("-i", "inventory/ct200", "playbooks/validate_inventory.yml", "-e", "budget=12", "-e", "topk=6")
+    res = run_playbook(
+        "-i", "inventory/ct200", "playbooks/validate_inventory.yml", *VAULT_KEY, "-e", "budget=12", "-e", "topk=6"
+    )
     assert res.returncode == 0, res.stdout[-3000:]
     assert "UNREACHABLE" not in res.stdout
 
 
 @pytest.mark.parametrize("inventory", ["inventory/ct200", "inventory/b300", "inventory/local"])
 def test_shipped_inventories_are_valid(run_playbook, inventory):
-    res = run_playbook("-i", inventory, "playbooks/validate_inventory.yml")
+    res = run_playbook("-i", inventory, "playbooks/validate_inventory.yml", *VAULT_KEY)
     assert res.returncode == 0, res.stdout[-3000:]
 
 
 def _resolved(run_playbook, tmp_path, *extra):
     out = tmp_path / "resolved.json"
-    res = run_playbook("-i", "inventory/ct200", "tests/deploy/show_resolved.yml", "-e", f"out_file={out}", *extra)
+    res = run_playbook(
+        "-i", "inventory/ct200", "tests/deploy/show_resolved.yml", *VAULT_KEY, "-e", f"out_file={out}", *extra
+    )
     assert res.returncode == 0, res.stdout[-3000:]
     return json.loads(out.read_text())
 
@@ -127,7 +148,56 @@ def test_dflash_drops_inventory_ddtree_keys(run_playbook, tmp_path):
 
 def test_explicit_ddtree_key_with_dflash_is_refused(run_playbook):
     res = run_playbook(
-        "-i", "inventory/ct200", "playbooks/validate_inventory.yml", "-e", "algorithm=dflash", "-e", "budget=8"
-    )
+        "-i", "inventory/ct200", "playbooks/validate_inventory.yml", *VAULT_KEY,
+        "-e", "algorithm=dflash", "-e", "budget=8",
+    )  # fmt: skip
     assert res.returncode != 0
     assert "budget='8' is a DDTree setting but algorithm=dflash" in _flat(res.stdout)
+
+
+# ---- network exposure ------------------------------------------------------------------------------
+
+EXPOSED = "sglang_service_host='0.0.0.0' is reachable beyond this host and no sglang_service_api_key is set"
+
+
+@pytest.mark.parametrize("inventory", ["inventory/ct200", "inventory/b300"])
+def test_a_network_bind_without_a_key_is_refused(run_playbook, inventory):
+    res = run_playbook("-i", inventory, "playbooks/reconfigure.yml")
+    out = _flat(res.stdout + res.stderr)
+    assert res.returncode != 0
+    assert EXPOSED in out and "/update_weights_from_disk" in out
+    assert "UNREACHABLE" not in out and "Gathering Facts" not in out
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["-e", "sglang_service_host=127.0.0.1"],
+        ["-e", "sglang_service_host=::1"],
+        ["-e", '{"sglang_service_allow_unauthenticated_bind": true}'],
+        ["-e", "sglang_service_api_key=k-from-the-command-line"],
+    ],
+    ids=["loopback", "loopback6", "explicitly-allowed", "with-key"],
+)
+def test_loopback_a_key_or_an_explicit_allow_is_accepted(run_playbook, extra):
+    res = run_playbook("-i", "inventory/ct200", "playbooks/validate_inventory.yml", *extra)
+    assert res.returncode == 0, _flat(res.stdout)[-2000:]
+
+
+@pytest.mark.parametrize("host", ["10.1.2.3", "ct200.example.internal", "::"])
+def test_every_non_loopback_address_needs_the_key(run_playbook, host):
+    res = run_playbook("-i", "inventory/ct200", "playbooks/validate_inventory.yml", "-e", f"sglang_service_host={host}")
+    assert res.returncode != 0
+    assert f"sglang_service_host={host!r} is reachable beyond this host" in _flat(res.stdout)
+
+
+def test_a_key_that_is_not_one_printable_word_is_refused_and_never_shown(run_playbook):
+    res = run_playbook(
+        "-i", "inventory/ct200", "playbooks/validate_inventory.yml",
+        "-e", '{"sglang_service_api_key": "two words-5e1f", "sglang_service_admin_api_key": "tab\\there"}',
+    )  # fmt: skip
+    out = _flat(res.stdout + res.stderr)
+    assert res.returncode != 0
+    assert "sglang_service_api_key must be one word of printable ASCII" in out
+    assert "sglang_service_admin_api_key must be one word of printable ASCII" in out
+    assert "two words-5e1f" not in out

@@ -1,9 +1,13 @@
 """The sweep end to end on the podman systemd test host, through Ansible.
 
-`python -m repro_py.sweep inventory/local` with a small grid: one config that
-fails to start (crash-on-load) and one that garbles (mask-offset) next to the
-baseline and the default; Ctrl-C after the first result, then --resume; the
-report, plots and a manifest that GNU sha256sum -c accepts.
+`python -m repro_py.sweep inventory/local` with a grid of 7 configs in ONE run
+within one hour: one that fails to start (crash-on-load, rolled back to the
+last good unit) and one that garbles (mask-offset) next to five good ones
+(baseline, DFlash, DDTree at three settings), so the unit is started more
+than StartLimitBurst (3) times within StartLimitIntervalSec (1 h) and every
+good config must still be served (systemd >= 255 keeps the start count across
+daemon-reload). Ctrl-C after the first result, then --resume; the report,
+plots and a manifest that GNU sha256sum -c accepts.
 
 Needs the deployed test host (`make e2e` deploys it first) and runs only with
 SGLANG_TESTHOST=1; the run directory is kept under $SWEEP_E2E_RESULTS when set.
@@ -32,9 +36,14 @@ GRID = {
         {"algorithm": "none"},
         {"algorithm": "ddtree", "budget": 8, "topk": 4, "window": 2048, "block_size": 8},
         {"algorithm": "ddtree", "budget": 8, "topk": 4, "window": 2048, "block_size": 8, "sim_fault": "crash-on-load"},
+        {"algorithm": "ddtree", "budget": 12, "topk": 6, "window": 2048, "block_size": 8},
+        {"algorithm": "dflash", "window": 2048, "block_size": 8},
         {"algorithm": "ddtree", "budget": 16, "topk": 4, "window": 2048, "block_size": 8, "sim_fault": "mask-offset"},
+        {"algorithm": "ddtree", "budget": 16, "topk": 4, "window": None, "block_size": 8},
     ]
 }
+GOOD = ("baseline", "ddtree-b8-t4-w2048-bs8", "ddtree-b12-t6-w2048-bs8", "dflash-w2048-bs8", "ddtree-b16-t4-wnone-bs8")
+ONE_HOUR = 3600.0
 BENCH = ["--bench-contexts", "60", "1024", "--bench-concurrency", "1", "4", "--repeats", "2", "--max-tokens", "64"]
 
 
@@ -55,6 +64,7 @@ def test_sweep_on_the_systemd_test_host_interrupted_and_resumed(tmp_path: Path) 
     grid.write_text(yaml.safe_dump(GRID), encoding="utf-8")
     common = ["--grid", str(grid), "--results", str(results), "--run-id", run_id, "-e", "sglang_service_sim_speed=10"]
 
+    started = time.monotonic()
     proc = _sweep([*common, *BENCH])
     deadline = time.monotonic() + 900
     while time.monotonic() < deadline and not list((run_dir / "configs").glob("*.json")):
@@ -70,16 +80,19 @@ def test_sweep_on_the_systemd_test_host_interrupted_and_resumed(tmp_path: Path) 
     assert not list(run_dir.rglob("*.tmp"))
 
     proc = _sweep(["--results", str(results), "--resume", "--run-id", run_id])
-    out, _ = proc.communicate(timeout=1800)
+    out, _ = proc.communicate(timeout=ONE_HOUR)
+    wall = time.monotonic() - started
     print(out)
+    print(f"e2e sweep: {len(GRID['configs'])} configs in {wall:.0f} s (interrupt and resume included)")
     assert proc.returncode == ExitCode.OK, out
+    assert wall < ONE_HOUR, f"the sweep took {wall:.0f} s: its starts no longer fall within one start-limit interval"
     for name, data in first.items():
         assert (run_dir / "configs" / name).read_bytes() == data, f"{name} was rerun after --resume"
         assert f"{name[:-5]}: done" in out
 
     docs = {p.stem: json.loads(p.read_text()) for p in (run_dir / "configs").glob("*.json")}
     assert len(docs) == len(GRID["configs"])
-    for label in ("baseline", "ddtree-b8-t4-w2048-bs8"):
+    for label in GOOD:  # every good config served, the ones after the 3rd start included
         assert docs[label]["status"] == "ok", docs[label]["failure"]
         assert docs[label]["engine"]["kind"] == "simulated"
         assert docs[label]["engine"]["sim_speed"] == 10.0
@@ -87,6 +100,7 @@ def test_sweep_on_the_systemd_test_host_interrupted_and_resumed(tmp_path: Path) 
     crash = docs["ddtree-b8-t4-w2048-bs8-fault-crash-on-load"]
     assert crash["failure"]["class"] == "failed_to_start", crash["failure"]
     assert any("crash-on-load" in line for line in crash["failure"]["journal"]), crash["failure"]
+    assert crash["reconfigure"]["status"] == "rolled_back", crash["reconfigure"]
     garbled = docs["ddtree-b16-t4-w2048-bs8-fault-mask-offset"]
     assert garbled["failure"]["class"] == "gate_failed", garbled["failure"]
     assert "lossless" in garbled["failure"]["reason"]

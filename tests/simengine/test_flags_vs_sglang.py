@@ -36,6 +36,10 @@ CASES: list[list[str]] = [
     ["--model-path", "m", "--port", "not-a-number"],
     ["--model-path", "m", "--no-such-flag"],
     ["--model-path", "m", "--max-running-requests", "64", "--decode-log-interval", "10"],
+    ["--model-path", "m", "--tool-call-parser", "kimi_k2", "--cuda-graph-backend-decode", "disabled",
+     "--cuda-graph-backend-prefill", "disabled"],
+    ["--model-path", "m", "--tool-call-parser", "no-such-parser"],
+    ["--model-path", "m", "--cuda-graph-backend-decode", "off"],
 ]  # fmt: skip
 
 _PROBE = """

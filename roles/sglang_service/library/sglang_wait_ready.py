@@ -8,9 +8,20 @@ Runs on the managed host. Polls every ``poll_interval`` seconds:
    exits, it fails at once with the last journal lines of THIS invocation;
 2. ``GET /health`` returns 200 (503 while loading/warming; connection refused
    while the model loads, since nothing listens then);
-3. a real one-token generation (``POST /generate``, max_new_tokens 1);
-4. the config echo: ``GET /server_info`` carries the expected speculative
+3. a real one-token generation (``POST /generate``, max_new_tokens 1, greedy);
+4. a sampled generation (temperature > 0), by ``sampling``:
+   ``served`` (no speculation, DFLASH): it must generate. sglang's warmup
+   samples greedily, so this is the first request through the sampling kernels
+   (FlashInfer builds them just in time on a GPU host; a missing header or
+   compiler fails here, not on a user's first request). It may take minutes;
+   ``refused`` (DDTree, greedy only): it must be refused with HTTP 400 naming
+   greedy decoding (patch 0010), proving the new process refuses what tree
+   verification cannot serve instead of answering it wrongly;
+5. the config echo: ``GET /server_info`` carries the expected speculative
    settings (and, for the simulated engine, ``sim.pid`` equals the unit's MainPID).
+
+The API key is read on the host from ``api_key_file`` (the unit's credential
+file, JSON ``{"api_key": ...}``), so it never travels as a module argument.
 
 After the echo it re-reads the unit: the same invocation must still be running,
 so every answer came from the new process.
@@ -23,8 +34,10 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_host import unit_show
 
 DOCUMENTATION = r"""
 module: sglang_wait_ready
@@ -42,8 +55,18 @@ options:
     default: true
   timeout: {description: seconds to wait for readiness, type: float, default: 1200}
   poll_interval: {description: seconds between polls, type: float, default: 0.5}
-  api_key: {description: bearer token, type: str, default: "", no_log: true}
+  api_key_file:
+    description: "JSON file on the host holding {api_key: ...}; absent or empty: no key"
+    type: str
+    default: ""
   expect: {description: server_info keys and the values they must have, type: dict, default: {}}
+  sampling:
+    description:
+      - "served: a temperature 0.8 request must generate"
+      - "refused: it must get HTTP 400 naming greedy decoding (a DDTree server)"
+    type: str
+    choices: [served, refused]
+    default: served
   journal_lines: {description: journal lines returned on failure, type: int, default: 40}
 author: [sglang-ddtree deploy]
 """
@@ -90,20 +113,6 @@ class EngineFailed(Exception):
         self.invocation_id = invocation_id
 
 
-def unit_show(unit):
-    out = subprocess.run(
-        ["systemctl", "show", unit, "--no-pager"] + ["-p" + p for p in _SHOW_PROPS],
-        check=False,
-        capture_output=True,
-        text=True,
-    ).stdout
-    props = {}
-    for line in out.splitlines():
-        key, _, value = line.partition("=")
-        props[key] = value
-    return props
-
-
 def start_monotonic(props, key="ExecMainStartTimestampMonotonic"):
     """A systemd *TimestampMonotonic (CLOCK_MONOTONIC, microseconds) as seconds, like time.monotonic()."""
     try:
@@ -139,6 +148,15 @@ def journal(unit, invocation_id, lines):
     return out
 
 
+def read_api_key(path):
+    """The bearer token from the unit's credential file ('' when there is none)."""
+    if not path or not Path(path).exists():
+        return ""
+    with Path(path).open(encoding="utf-8") as fh:
+        data = json.load(fh)
+    return str(data.get("api_key") or "") if isinstance(data, dict) else ""
+
+
 def http(method, url, api_key, body=None, timeout=30.0):
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, method=method)
@@ -153,6 +171,45 @@ def http(method, url, api_key, body=None, timeout=30.0):
         return exc.code, exc.read()
     except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as exc:
         raise NotReady(f"{method} {url}: {exc}") from exc
+
+
+SAMPLED = {
+    "text": "Name three prime numbers:",
+    "sampling_params": {"max_new_tokens": 8, "temperature": 0.8, "top_p": 0.95},
+}
+
+
+#: What a DDTree server's refusal of sampling says (patch 0010, the simulated engine alike).
+GREEDY_ONLY = "greedy decoding only"
+
+
+def sampled_generation(base, api_key, timeout, invocation, sampling="served"):
+    """One generation with temperature > 0; its text, or EngineFailed with what the server said.
+
+    sglang's warmup generates greedily, so on a GPU host this is the first request
+    through the sampling kernels (FlashInfer builds them just in time: a missing
+    header or compiler fails here, at deploy time, not on a user's first request).
+    With ``sampling="refused"`` (a DDTree server) the request must be refused with
+    HTTP 400 naming greedy decoding; the refusal's message is returned.
+    """
+    status, raw = http("POST", base + "/generate", api_key, body=SAMPLED, timeout=timeout)
+    if sampling == "refused":
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+        if status == 400 and GREEDY_ONLY in text:
+            return "refused: " + text[:200]
+        raise EngineFailed(
+            "a DDTree server must refuse a sampled generation (temperature 0.8) with HTTP 400 naming "
+            f"{GREEDY_ONLY!r} (patch 0010); /generate returned {status}: {raw[:300]!r}",
+            invocation,
+        )
+    if status != 200:
+        raise EngineFailed(
+            f"a sampled generation (temperature 0.8) failed: /generate returned {status}: {raw[:300]!r}", invocation
+        )
+    reply = json.loads(raw or b"{}")
+    if "text" not in reply:
+        raise EngineFailed(f"a sampled generation returned no text: {raw[:300]!r}", invocation)
+    return reply["text"]
 
 
 def normalize(value):
@@ -177,9 +234,9 @@ def check_unit(props, state):
     sub = props.get("SubState", "")
     if state["require_new"] and (not inv or inv == state["previous"]):
         if active in ("failed", "inactive"):
-            raise EngineFailed(
-                f"unit is {active}/{sub} and no new invocation started (Result={props.get('Result')})", inv
-            )
+            result = props.get("Result")
+            hint = " (systemd refused the start: the start limit was hit)" if result == "start-limit-hit" else ""
+            raise EngineFailed(f"unit is {active}/{sub} and no new invocation started (Result={result}){hint}", inv)
         raise NotReady("waiting for a new invocation")
     if state["invocation"] is None:
         state["invocation"] = inv
@@ -207,8 +264,9 @@ def main():
             "require_new_invocation": {"type": "bool", "default": True},
             "timeout": {"type": "float", "default": 1200.0},
             "poll_interval": {"type": "float", "default": 0.5},
-            "api_key": {"type": "str", "default": "", "no_log": True},
+            "api_key_file": {"type": "str", "default": ""},
             "expect": {"type": "dict", "default": {}},
+            "sampling": {"type": "str", "default": "served", "choices": ["served", "refused"]},
             "journal_lines": {"type": "int", "default": 40},
         },
         supports_check_mode=True,
@@ -217,6 +275,12 @@ def main():
     if module.check_mode:
         module.exit_json(changed=False, skipped=True, msg="check mode: readiness not probed")
 
+    try:
+        api_key = read_api_key(p["api_key_file"])
+    except (OSError, ValueError) as exc:
+        module.fail_json(msg=f"cannot read the API key file {p['api_key_file']}: {exc}")
+    if api_key:
+        module.no_log_values.add(api_key)  # masked in anything this module returns
     base = f"http://{p['host']}:{p['port']}"
     t0 = time.monotonic()
     deadline = t0 + p["timeout"]
@@ -230,14 +294,14 @@ def main():
 
     try:
         while True:
-            props = unit_show(p["unit"])
+            props = unit_show(p["unit"], _SHOW_PROPS)
             check_unit(props, state)
             try:
                 if phase == "unit":
                     phase = "health"
                     phases["unit_s"] = round(time.monotonic() - t0, 3)
                 if phase == "health":
-                    status, _ = http("GET", base + "/health", p["api_key"], timeout=30.0)
+                    status, _ = http("GET", base + "/health", api_key, timeout=30.0)
                     if status != 200:
                         raise NotReady(f"/health returned {status}")
                     phase = "generate"
@@ -247,7 +311,7 @@ def main():
                         "text": "The capital city of France is",
                         "sampling_params": {"max_new_tokens": 1, "temperature": 0},
                     }
-                    status, raw = http("POST", base + "/generate", p["api_key"], body=body, timeout=60.0)
+                    status, raw = http("POST", base + "/generate", api_key, body=body, timeout=60.0)
                     if status != 200:
                         raise NotReady(f"/generate returned {status}: {raw[:200]!r}")
                     reply = json.loads(raw or b"{}")
@@ -257,10 +321,17 @@ def main():
                         "text": reply["text"],
                         "completion_tokens": (reply.get("meta_info") or {}).get("completion_tokens"),
                     }
-                    phase = "echo"
+                    phase = "sample"
                     phases["generate_s"] = round(time.monotonic() - t0, 3)
+                if phase == "sample":
+                    # the first sampled request may build the sampling kernels: allow the rest of the budget
+                    generation["sampled_text"] = sampled_generation(
+                        base, api_key, max(60.0, deadline - time.monotonic()), state["invocation"], p["sampling"]
+                    )
+                    phase = "echo"
+                    phases["sample_s"] = round(time.monotonic() - t0, 3)
                 if phase == "echo":
-                    status, raw = http("GET", base + "/server_info", p["api_key"], timeout=30.0)
+                    status, raw = http("GET", base + "/server_info", api_key, timeout=30.0)
                     if status != 200:
                         raise NotReady(f"/server_info returned {status}")
                     info = json.loads(raw or b"{}")
@@ -272,7 +343,7 @@ def main():
                         main_pid = int(props.get("MainPID") or 0)
                         if sim_pid != main_pid:
                             raise NotReady(f"server pid {sim_pid} is not the unit's MainPID {main_pid}")
-                    final = unit_show(p["unit"])
+                    final = unit_show(p["unit"], _SHOW_PROPS)
                     check_unit(final, state)
                     props = final
                     phases["echo_s"] = round(time.monotonic() - t0, 3)
