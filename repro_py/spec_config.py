@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 Algorithm = Literal["ddtree", "dflash", "none"]
@@ -29,7 +29,51 @@ ALGORITHMS: tuple[Algorithm, ...] = ("ddtree", "dflash", "none")
 BUDGET_MAX = 256
 WINDOW_MAX = 1 << 20
 BLOCK_SIZES: tuple[int, ...] = (8, 16)
-SHORT_KEYS: tuple[str, ...] = ("algorithm", "budget", "topk", "window", "block_size")
+
+
+
+@dataclasses.dataclass(frozen=True)
+class Field:
+    """One field of a configuration and every name it goes by.
+
+    ``key`` is the short key (extra var, grid key); ``role_var`` the role
+    variable that holds the inventory's value; ``flag`` the engine's command-line
+    flag; ``echo`` the ``/server_info`` key the server reports it under;
+    ``label`` the format of its part of a run label; ``algorithms`` the
+    algorithms that use it (for the others it is dropped: no flag, no label
+    part, and the server must report it unset).
+    """
+
+    key: str
+    role_var: str
+    flag: str
+    echo: str
+    label: str
+    algorithms: frozenset[str]
+
+
+#: The contract: the one table flags, the expected echo, labels and the
+#: per-algorithm drops are derived from (Python here; Ansible through
+#: plugins/action/ddtree_validate.py; docs/architecture.md shows it).
+FIELDS: tuple[Field, ...] = (
+    Field("algorithm", "sglang_service_spec_algorithm", "--speculative-algorithm", "speculative_algorithm",
+          "{}", frozenset({"ddtree", "dflash", "none"})),
+    Field("budget", "sglang_service_ddtree_budget", "--speculative-ddtree-budget", "speculative_ddtree_budget",
+          "b{}", frozenset({"ddtree"})),
+    Field("topk", "sglang_service_ddtree_topk", "--speculative-ddtree-topk-cap", "speculative_ddtree_topk_cap",
+          "t{}", frozenset({"ddtree"})),
+    Field("window", "sglang_service_draft_window", "--speculative-draft-window-size", "speculative_draft_window_size",
+          "w{}", frozenset({"ddtree", "dflash"})),
+    Field("block_size", "sglang_service_block_size", "--speculative-dflash-block-size",
+          "speculative_dflash_block_size", "bs{}", frozenset({"ddtree", "dflash"})),
+)  # fmt: skip
+FIELD_BY_KEY: dict[str, Field] = {f.key: f for f in FIELDS}
+SHORT_KEYS: tuple[str, ...] = tuple(f.key for f in FIELDS)
+#: The role variables of the short keys; the sweep refuses them as overrides.
+ROLE_VARS: dict[str, str] = {f.key: f.role_var for f in FIELDS}
+#: The engine's name of the speculative algorithm: DDTree is DFLASH's tree mode
+#: (patch 0002), so the server reports DFLASH for both.
+ENGINE_ALGORITHM: dict[str, str | None] = {"ddtree": "DFLASH", "dflash": "DFLASH", "none": None}
 _NONE_WORDS = frozenset({"none", "null", "off", ""})
 _INT_RE = re.compile(r"^[0-9]+$")
 
@@ -63,13 +107,15 @@ class SpecConfig:
 
     @property
     def label(self) -> str:
-        """Stable, filesystem-safe name, e.g. ``ddtree-b8-t4-w2048-bs8``."""
+        """Stable, filesystem-safe name, e.g. ``ddtree-b8-t4-w2048-bs8`` (parts from ``FIELDS``)."""
         if self.algorithm == "none":
             return "baseline"
-        win = "wnone" if self.window is None else f"w{self.window}"
-        if self.algorithm == "dflash":
-            return f"dflash-{win}-bs{self.block_size}"
-        return f"ddtree-b{self.budget}-t{self.topk}-{win}-bs{self.block_size}"
+        parts = [self.algorithm]
+        for field in FIELDS[1:]:
+            if self.algorithm in field.algorithms:
+                value = getattr(self, field.key)
+                parts.append(field.label.format("none" if value is None else value))
+        return "-".join(parts)
 
     def as_short(self) -> dict[str, object]:
         return dataclasses.asdict(self)
@@ -199,16 +245,76 @@ def validate(
     return SpecConfig(algorithm=algorithm, budget=budget, topk=topk, window=window, block_size=block_size)
 
 
+def fault_suffix(faults: Sequence[str] | str | None) -> str:
+    """The label part of simulated faults: ``["crash-after:20"]`` -> ``-fault-crash-after-20``.
+
+    Every character that is not a letter or digit becomes ``-``; several faults
+    (a list, or one comma-separated string) are joined with ``-``.
+    """
+    if faults is None:
+        return ""
+    items = [faults] if isinstance(faults, str) else list(faults)
+    words = ["".join(c if c.isalnum() else "-" for c in str(f).strip()).strip("-") for f in items]
+    words = [w for w in words if w]
+    return "-fault-" + "-".join(words) if words else ""
+
+
+def run_label(cfg: SpecConfig, faults: Sequence[str] | str | None = None) -> str:
+    """The run label of a config with its simulated faults: the sweep's, the role's and the report's name."""
+    return cfg.label + fault_suffix(faults)
+
+
 def to_engine_flags(cfg: SpecConfig, *, drafter_path: str | None) -> list[str]:
-    """The speculative part of an sglang (or simulated engine) command line."""
+    """The speculative part of an sglang (or simulated engine) command line (flags from ``FIELDS``)."""
     if cfg.algorithm == "none":
         return []
-    flags = ["--speculative-algorithm", "DDTREE" if cfg.algorithm == "ddtree" else "DFLASH"]
+    flags = [FIELD_BY_KEY["algorithm"].flag, "DDTREE" if cfg.algorithm == "ddtree" else "DFLASH"]
     if drafter_path:
         flags += ["--speculative-draft-model-path", drafter_path]
-    flags += ["--speculative-dflash-block-size", str(cfg.block_size)]
-    if cfg.algorithm == "ddtree":
-        flags += ["--speculative-ddtree-budget", str(cfg.budget), "--speculative-ddtree-topk-cap", str(cfg.topk)]
-    if cfg.window is not None:
-        flags += ["--speculative-draft-window-size", str(cfg.window)]
+    for field in FIELDS[1:]:
+        value = getattr(cfg, field.key)
+        if cfg.algorithm in field.algorithms and value is not None:
+            flags += [field.flag, str(value)]
     return flags
+
+
+def expected_echo(cfg: SpecConfig) -> dict[str, object]:
+    """What ``/server_info`` must report for ``cfg``: every field's echo key, ``None`` where the
+    algorithm does not use it (a DFLASH chain has no tree budget; a baseline no speculation)."""
+    echo: dict[str, object] = {FIELD_BY_KEY["algorithm"].echo: ENGINE_ALGORITHM[cfg.algorithm]}
+    for field in FIELDS[1:]:
+        echo[field.echo] = getattr(cfg, field.key) if cfg.algorithm in field.algorithms else None
+    if cfg.algorithm == "none":
+        # an autoregressive server reports no speculative settings worth comparing beyond the algorithm
+        return {FIELD_BY_KEY["algorithm"].echo: None}
+    return echo
+
+
+MISSING = "<missing>"
+
+
+def echo_normal(value: object) -> object:
+    """Decimal strings compare as ints; an empty string as unset."""
+    if isinstance(value, str):
+        if value.strip().lstrip("-").isdigit():
+            return int(value)
+        if value == "":
+            return None
+    return value
+
+
+def echo_differences(reported: Mapping[str, object], expected: Mapping[str, object]) -> list[tuple[str, object, object]]:
+    """The one config-echo comparison: ``(key, expected, reported)`` for each key the server
+    reports differently (``MISSING`` when it does not report it), in key order.
+
+    Used by the sweep's gate (``repro_py.gates.echo``) and, with ``expected``
+    from ``expected_echo`` through the action plugin, by the role's readiness
+    check, whose host-side module compares the same way (a test runs both on
+    the same cases).
+    """
+    out = []
+    for key, want in sorted(expected.items()):
+        got = reported.get(key, MISSING)
+        if echo_normal(got) != echo_normal(want):
+            out.append((key, want, got))
+    return out

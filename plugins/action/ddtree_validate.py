@@ -31,8 +31,16 @@ Arguments (all optional):
               ``key_problems`` names keys that are not one printable word. Only
               booleans and names travel here, never a key.
 
-Returns ``config`` (normalized short keys), ``label``, ``engine_flags``
-(``to_engine_flags``), ``integers`` (normalized ints) and ``problems``.
+``faults``    the simulated faults, for the run label's suffix.
+
+Precedence, applied here in one call: a short key given on the command line
+(``explicit``) beats the role variable's value (``config``), wherever that
+value came from (inventory, role default, or an extra var of the long name).
+
+Returns ``config`` (normalized short keys), ``label`` (``spec_config.run_label``
+with the faults), ``echo`` (``spec_config.expected_echo``: what /server_info
+must report), ``engine_flags`` (``to_engine_flags``), ``integers`` (normalized
+ints) and ``problems``.
 """
 
 from __future__ import annotations
@@ -228,13 +236,16 @@ class ActionModule(ActionBase):
 
         assert cfg is not None
         drafter_path = args.get("drafter_path")
+        faults = args.get("faults") or []
+        label = spec_config.run_label(cfg, faults if isinstance(faults, (list, str)) else [])
         result.update(
             changed=False,
             config=cfg.as_short(),
-            label=cfg.label,
+            label=label,
+            echo=spec_config.expected_echo(cfg),
             engine_flags=spec_config.to_engine_flags(cfg, drafter_path=drafter_path or None),
             integers=integers_out,
             problems=[],
-            msg=f"valid: {cfg.label}",
+            msg=f"valid: {label}",
         )
         return result

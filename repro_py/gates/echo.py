@@ -1,10 +1,11 @@
 """Config-echo gate: the server must report the settings the config asked for.
 
-``/server_info`` is compared with a ``SpecConfig``: the algorithm family
-(no speculative algorithm for ``none``; the DFLASH family otherwise, in tree
-mode iff ``speculative_ddtree_budget`` is non-null, which is how the
-``DDTREE`` alias resolves), the budget, the top-K cap, the block size and the
-draft window. Any mismatch makes the config's results invalid.
+``/server_info`` is compared with ``spec_config.expected_echo`` of the
+config by ``spec_config.echo_differences``, the same expectation and
+comparison the role's readiness check applies on the host: the algorithm
+(DFLASH for DDTree and DFLASH, which DDTree is the tree mode of; none for the
+baseline), the tree budget and top-K cap (unset unless DDTree), the block size
+and the draft window. Any mismatch makes the config's results invalid.
 """
 
 from __future__ import annotations
@@ -13,9 +14,7 @@ import dataclasses
 from typing import Any
 
 from repro_py.bench.server_info import ServerInfo
-from repro_py.spec_config import SpecConfig
-
-DFLASH_FAMILY = frozenset({"DFLASH", "DDTREE"})
+from repro_py.spec_config import SpecConfig, echo_differences, expected_echo
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,30 +29,7 @@ class Mismatch:
 
 def check_echo(info: ServerInfo, expected: SpecConfig) -> list[Mismatch]:
     """Every setting the server reports differently from ``expected``; empty when they agree."""
-    out: list[Mismatch] = []
-    algo = info.speculative_algorithm
-    algo_norm = algo.upper() if algo else None
-    if expected.algorithm == "none":
-        if algo_norm is not None:
-            out.append(Mismatch("speculative_algorithm", None, algo))
-        return out
-    if algo_norm not in DFLASH_FAMILY:
-        out.append(Mismatch("speculative_algorithm", "DFLASH", algo))
-    tree = info.ddtree_budget is not None
-    if expected.algorithm == "ddtree":
-        if not tree:
-            out.append(Mismatch("speculative_ddtree_budget", expected.budget, None))
-        elif info.ddtree_budget != expected.budget:
-            out.append(Mismatch("speculative_ddtree_budget", expected.budget, info.ddtree_budget))
-        if info.ddtree_topk_cap != expected.topk:
-            out.append(Mismatch("speculative_ddtree_topk_cap", expected.topk, info.ddtree_topk_cap))
-    elif tree:
-        out.append(Mismatch("speculative_ddtree_budget", None, info.ddtree_budget))
-    if info.block_size != expected.block_size:
-        out.append(Mismatch("speculative_dflash_block_size", expected.block_size, info.block_size))
-    if info.window != expected.window:
-        out.append(Mismatch("speculative_draft_window_size", expected.window, info.window))
-    return out
+    return [Mismatch(key, want, got) for key, want, got in echo_differences(info.raw, expected_echo(expected))]
 
 
 def echo_result(info: ServerInfo, expected: SpecConfig) -> dict[str, Any]:

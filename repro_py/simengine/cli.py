@@ -262,13 +262,8 @@ class Settings:
         return self.faults.mask_offset_active(self.tree_mode, self.spec.budget, self.spec.block_size)
 
 
-_KEY_TO_FLAG = {
-    "budget": ("--speculative-ddtree-budget", "speculative_ddtree_budget"),
-    "topk": ("--speculative-ddtree-topk-cap", "speculative_ddtree_topk_cap"),
-    "window": ("--speculative-draft-window-size", "speculative_draft_window_size"),
-    "block_size": ("--speculative-dflash-block-size", "speculative_dflash_block_size"),
-    "algorithm": ("--speculative-algorithm", "speculative_algorithm"),
-}
+# short key -> (flag, argparse dest): from the config contract (the dest is the echo key)
+_KEY_TO_FLAG = {f.key: (f.flag, f.echo) for f in spec_config.FIELDS}
 
 
 def _name_flag(problem: str, ns: argparse.Namespace, block_flag: tuple[str, str] | None = None) -> str:

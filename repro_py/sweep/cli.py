@@ -31,7 +31,7 @@ from repro_py.endpoint import Endpoint
 from repro_py.exitcodes import ExitCode
 from repro_py.report.render import build_report
 from repro_py.simengine.testing import free_port
-from repro_py.spec_config import SHORT_KEYS
+from repro_py.spec_config import ROLE_VARS, SHORT_KEYS
 from repro_py.sweep import plan as planmod
 from repro_py.sweep import state
 from repro_py.sweep.localproc import LocalProcessReconfigurer
@@ -97,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 _RESERVED_VARS = frozenset({*SHORT_KEYS, planmod.SIM_FAULT_KEY, "sglang_service_report_path"})
+#: The role variables behind the config's keys: as extra vars they would set
+#: every config's value where its grid entry names none, behind the plan's back.
+_RESERVED_LONG = {**{var: key for key, var in ROLE_VARS.items()}, "sglang_service_sim_faults": planmod.SIM_FAULT_KEY}
 
 
 def parse_extra_vars(items: Sequence[str]) -> dict[str, object]:
@@ -108,6 +111,11 @@ def parse_extra_vars(items: Sequence[str]) -> dict[str, object]:
             raise PlanError([f"--extra-var {item!r}: KEY=VALUE expected"])
         if key in _RESERVED_VARS:
             raise PlanError([f"--extra-var {key}: set by the sweep per config (use the grid)"])
+        if key in _RESERVED_LONG:
+            raise PlanError([
+                f"--extra-var {key}: the role variable of the config key {_RESERVED_LONG[key]!r}, set by the sweep "
+                f"per config; put {_RESERVED_LONG[key]} in the grid (or in the inventory for every config)"
+            ])
         try:
             out[key] = yaml.safe_load(value) if value.strip() else ""
         except yaml.YAMLError as exc:

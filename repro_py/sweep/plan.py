@@ -65,10 +65,7 @@ class PlannedConfig:
 
     @property
     def label(self) -> str:
-        if self.sim_fault:
-            fault = "".join(c if c.isalnum() else "-" for c in self.sim_fault).strip("-")
-            return f"{self.spec.label}-fault-{fault}"
-        return self.spec.label
+        return spec_config.run_label(self.spec, self.sim_fault)
 
     def short(self) -> dict[str, object]:
         """The config in short keys (as in results and extra vars)."""

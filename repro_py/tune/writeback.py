@@ -30,19 +30,14 @@ from typing import Any
 import yaml
 from rich.console import Console
 
+from repro_py import spec_config
 from repro_py.atomicio import write_text_atomic
 from repro_py.exitcodes import ExitCode
 from repro_py.tune.search import Search
 from repro_py.tune.sweepio import PlannedConfig, RunDir, Target, load_target
 
 #: short key -> the sglang_service role variable it sets (roles/sglang_service/tasks/resolve.yml maps the same way)
-ROLE_VARS: dict[str, str] = {
-    "algorithm": "sglang_service_spec_algorithm",
-    "budget": "sglang_service_ddtree_budget",
-    "topk": "sglang_service_ddtree_topk",
-    "window": "sglang_service_draft_window",
-    "block_size": "sglang_service_block_size",
-}
+ROLE_VARS: dict[str, str] = spec_config.ROLE_VARS
 FILE_NAME = "tune.yml"
 
 

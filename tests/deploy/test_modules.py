@@ -310,3 +310,39 @@ def test_the_role_asks_for_the_refusal_exactly_for_ddtree():
     assert f'_sglang_service_sampling: "{rule}"' in text
     body = (ROOT / "roles/sglang_service/tasks/service.yml").read_text()
     assert body.count('sampling: "{{ _sglang_service_sampling }}"') == 3
+
+
+# ---- one echo comparison: the host module and the sweep's gate agree ---------------------------------
+
+
+@pytest.mark.parametrize(
+    "reported",
+    [
+        {"speculative_algorithm": "DFLASH", "speculative_ddtree_budget": 8, "speculative_ddtree_topk_cap": 4,
+         "speculative_dflash_block_size": 8, "speculative_draft_window_size": 2048},
+        {"speculative_algorithm": "DDTREE", "speculative_ddtree_budget": "8", "speculative_ddtree_topk_cap": 4,
+         "speculative_dflash_block_size": 8, "speculative_draft_window_size": None},
+        {"speculative_algorithm": "DFLASH", "speculative_ddtree_budget": None, "speculative_ddtree_topk_cap": None,
+         "speculative_dflash_block_size": 16, "speculative_draft_window_size": 2048},
+        {"speculative_algorithm": "", "speculative_dflash_block_size": 8},
+        {},
+    ],
+)
+@pytest.mark.parametrize(
+    "short",
+    [{"budget": 8, "topk": 4, "window": 2048, "block_size": 8}, {"algorithm": "dflash", "window": 2048},
+     {"algorithm": "none"}],
+)  # fmt: skip
+def test_the_readiness_echo_check_and_the_sweep_gate_are_one_check(reported, short):
+    """The role's readiness check and the sweep's gate used to hold two rules (the gate took DDTREE
+    for DFLASH and ignored a DFLASH chain's top-K); both now compare with the contract's echo."""
+    from repro_py import spec_config  # noqa: PLC0415
+    from repro_py.bench.server_info import ServerInfo  # noqa: PLC0415
+    from repro_py.gates.echo import check_echo  # noqa: PLC0415
+
+    cfg = spec_config.validate(short)
+    expected = spec_config.expected_echo(cfg)
+    host_side = wait.compare_echo(reported, expected)
+    gate = check_echo(ServerInfo(raw=reported, path="/server_info"), cfg)
+    assert [p.split(":")[0] for p in host_side] == [m.field for m in gate]
+    assert [k for k, _, _ in spec_config.echo_differences(reported, expected)] == [m.field for m in gate]

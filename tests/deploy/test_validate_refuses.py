@@ -134,12 +134,6 @@ def test_inventory_values_apply_without_short_keys(run_playbook, tmp_path):
     assert got["label"] == "ddtree-b8-t4-w2048-bs8"
 
 
-def test_role_extra_var_beats_short_key(run_playbook, tmp_path):
-    got = _resolved(run_playbook, tmp_path, "-e", "budget=12", "-e", "sglang_service_ddtree_budget=16")
-    assert got["budget"] == 16
-    assert "--speculative-ddtree-budget 16" in " ".join(got["flags"])
-
-
 def test_dflash_drops_inventory_ddtree_keys(run_playbook, tmp_path):
     got = _resolved(run_playbook, tmp_path, "-e", "algorithm=dflash")
     assert got["algorithm"] == "dflash" and got["budget"] is None and got["topk"] is None

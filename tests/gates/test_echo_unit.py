@@ -37,7 +37,7 @@ def test_tree_mode_is_decided_by_the_budget() -> None:
         "speculative_ddtree_budget", "speculative_ddtree_topk_cap"]
     assert check_echo(chain, validate({"algorithm": "dflash", "window": 2048})) == []
     assert [m.field for m in check_echo(info(), validate({"algorithm": "dflash", "window": 2048}))] == [
-        "speculative_ddtree_budget"]
+        "speculative_ddtree_budget", "speculative_ddtree_topk_cap"]
 
 
 def test_baseline_must_have_no_speculative_algorithm() -> None:
