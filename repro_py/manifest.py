@@ -43,7 +43,6 @@ ROOT_INCLUDE: tuple[str, ...] = (
     "playbooks",
     "plugins",
     "inventory",
-    "templates",
     "patches",
     "repro_py",
     "requirements",

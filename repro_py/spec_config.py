@@ -110,7 +110,7 @@ class SpecConfig:
         """Stable, filesystem-safe name, e.g. ``ddtree-b8-t4-w2048-bs8`` (parts from ``FIELDS``)."""
         if self.algorithm == "none":
             return "baseline"
-        parts = [self.algorithm]
+        parts: list[str] = [self.algorithm]
         for field in FIELDS[1:]:
             if self.algorithm in field.algorithms:
                 value = getattr(self, field.key)
@@ -303,7 +303,9 @@ def echo_normal(value: object) -> object:
     return value
 
 
-def echo_differences(reported: Mapping[str, object], expected: Mapping[str, object]) -> list[tuple[str, object, object]]:
+def echo_differences(
+    reported: Mapping[str, object], expected: Mapping[str, object]
+) -> list[tuple[str, object, object]]:
     """The one config-echo comparison: ``(key, expected, reported)`` for each key the server
     reports differently (``MISSING`` when it does not report it), in key order.
 

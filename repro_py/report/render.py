@@ -2,7 +2,7 @@
 
 ``python -m repro_py.report RUN_DIR`` rebuilds it (and nothing reads the
 engine: the files are the only input). Markdown comes from the Jinja2
-template ``templates/report/summary.md.j2``.
+template ``repro_py/report/templates/summary.md.j2``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from repro_py.exitcodes import ExitCode
 from repro_py.report import plots, recommend, tables
 from repro_py.simmark import sim_note, speed_text
 
-TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "templates" / "report"
+TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"  # package data: an installed wheel has them
 SUMMARY_TEMPLATE = "summary.md.j2"
 
 

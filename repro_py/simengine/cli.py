@@ -8,7 +8,6 @@ before anything is loaded, as a real server refuses to start.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import re
 import sys
@@ -18,8 +17,9 @@ from typing import Any
 
 from repro_py import spec_config
 from repro_py.exitcodes import ExitCode
-from repro_py.simengine.faults import ALLOWED, FaultError, Faults, parse_faults
+from repro_py.simengine.faults import ALLOWED, FaultError, parse_faults
 from repro_py.simengine.perf_model import HOST_SCALE
+from repro_py.simengine.settings import Settings
 from repro_py.simengine.sglang_choices import (
     ATTENTION_BACKENDS,
     CUDA_GRAPH_BACKENDS,
@@ -28,7 +28,6 @@ from repro_py.simengine.sglang_choices import (
     TOOL_CALL_PARSERS,
 )
 
-SGLANG_VERSION = "0.5.23"
 DEFAULT_KV_TOKENS = 400_000  # 64 x (8192 + 512) = 557k does not fit; 64 x (4096 + 512) does
 DFLASH_DEFAULT_MAX_RUNNING = 48  # sglang 0.5.23 resets max_running_requests to 48 for DFLASH
 
@@ -219,47 +218,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--sim-fault", action="append", default=[], metavar="FAULT", help=FAULT_HELP)
     return p
-
-
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    """The resolved configuration of one engine process."""
-
-    args: dict[str, Any]  # every resolved flag, as server info reports it
-    model_path: str
-    served_model_name: str
-    host: str
-    port: int
-    api_key: str | None
-    admin_api_key: str | None
-    enable_metrics: bool
-    reasoning_parser: str | None
-    context_length: int
-    spec: spec_config.SpecConfig
-    drafter_block_size: int | None
-    max_running_requests: int
-    kv_tokens: int
-    speed: float
-    seed: int
-    load_seconds: float
-    warmup_seconds: float
-    linger_seconds: float
-    health_seconds: float
-    skip_warmup: bool
-    host_profile: str
-    faults: Faults
-    decode_log_interval: int
-    include_usage_default: bool
-    warnings: tuple[str, ...]
-    launch_command: str
-
-    @property
-    def tree_mode(self) -> bool:
-        return self.spec.algorithm == "ddtree"
-
-    @property
-    def mask_offset_active(self) -> bool:
-        return self.faults.mask_offset_active(self.tree_mode, self.spec.budget, self.spec.block_size)
 
 
 # short key -> (flag, argparse dest): from the config contract (the dest is the echo key)

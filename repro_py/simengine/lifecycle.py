@@ -21,9 +21,9 @@ import time
 
 from aiohttp import web
 
-from repro_py.simengine.cli import SGLANG_VERSION, Settings
 from repro_py.simengine.httputil import crash
 from repro_py.simengine.server import build_app, run_warmup, wait_warmup
+from repro_py.simengine.settings import SGLANG_VERSION, Settings
 from repro_py.simengine.state import EngineState
 
 log = logging.getLogger("repro_py.simengine")

@@ -15,11 +15,11 @@ from typing import Any
 from aiohttp import web
 
 from repro_py.simengine import sglang_reference, tokenizer
-from repro_py.simengine.cli import SGLANG_VERSION
 from repro_py.simengine.generation import add_generation_routes, wait_warmup
 from repro_py.simengine.httputil import json_response as _json
 from repro_py.simengine.httputil import read_json as _read_json
 from repro_py.simengine.scheduler import Request
+from repro_py.simengine.settings import SGLANG_VERSION
 from repro_py.simengine.state import EngineState
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -7,10 +7,10 @@ import time
 from typing import Any
 
 from repro_py.simengine import perf_model
-from repro_py.simengine.cli import Settings
 from repro_py.simengine.faults import REQUEST_FAULTS
 from repro_py.simengine.metrics import Metrics
 from repro_py.simengine.scheduler import Scheduler
+from repro_py.simengine.settings import Settings
 
 
 def model_config(settings: Settings) -> perf_model.ModelConfig:

@@ -2,7 +2,7 @@
 
 Rendered from the search document (:mod:`repro_py.tune.outcome`) with the
 report package's Jinja2 environment (the same Markdown filters) and the
-template ``templates/tune/report.md.j2``. The sweep's own report of the same
+template ``repro_py/tune/templates/report.md.j2``. The sweep's own report of the same
 result files (``summary.md``, ``summary.csv``, ``plots/``) is built next to it.
 """
 
@@ -17,7 +17,7 @@ from repro_py.report.tables import load_run
 from repro_py.simmark import sim_note
 from repro_py.tune import plots
 
-TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "templates" / "tune"
+TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"  # package data: an installed wheel has them
 TEMPLATE = "report.md.j2"
 
 

@@ -96,7 +96,10 @@ def test_short_key_beats_role_extra_var(run_playbook, tmp_path):
 def test_the_precedence_is_written_once_and_as_the_plugin_applies_it():
     readme = (ROOT / "README.md").read_text()
     deploy = (ROOT / "docs/deploy.md").read_text()
-    rule = "a short key (`-e budget=8`) > `-e sglang_service_<var>` > inventory host vars > inventory group vars > role defaults"
+    rule = (
+        "a short key (`-e budget=8`) > `-e sglang_service_<var>` > inventory host vars > inventory group vars"
+        " > role defaults"
+    )
     assert rule in deploy
     assert "Precedence" not in readme.split("### Short extra vars")[1].split("\n### ")[0] or rule in readme
     assert "docs/deploy.md#short-extra-vars" in readme

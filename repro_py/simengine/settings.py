@@ -1,0 +1,56 @@
+"""The resolved configuration of one simulated engine process (built by ``cli.resolve``).
+
+Its own module so that the serving modules (lifecycle, server, state) import
+it without importing the command line: no import circles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from repro_py import spec_config
+from repro_py.simengine.faults import Faults
+
+SGLANG_VERSION = "0.5.23"
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """The resolved configuration of one engine process."""
+
+    args: dict[str, Any]  # every resolved flag, as server info reports it
+    model_path: str
+    served_model_name: str
+    host: str
+    port: int
+    api_key: str | None
+    admin_api_key: str | None
+    enable_metrics: bool
+    reasoning_parser: str | None
+    context_length: int
+    spec: spec_config.SpecConfig
+    drafter_block_size: int | None
+    max_running_requests: int
+    kv_tokens: int
+    speed: float
+    seed: int
+    load_seconds: float
+    warmup_seconds: float
+    linger_seconds: float
+    health_seconds: float
+    skip_warmup: bool
+    host_profile: str
+    faults: Faults
+    decode_log_interval: int
+    include_usage_default: bool
+    warnings: tuple[str, ...]
+    launch_command: str
+
+    @property
+    def tree_mode(self) -> bool:
+        return self.spec.algorithm == "ddtree"
+
+    @property
+    def mask_offset_active(self) -> bool:
+        return self.faults.mask_offset_active(self.tree_mode, self.spec.budget, self.spec.block_size)
