@@ -179,6 +179,7 @@ def print_plan(console: Console, plan: Plan, run_id: str) -> None:
         f"{est['bench_s_per_cell']:.0f} s + gates {planmod.format_duration(est['gates_s_per_config'])}; "
         f"plus restoring the default config)"
     )
+    console.print(f"estimate basis: {planmod.estimate_basis(est)}")
     if plan.default_config is not None:
         console.print(f"default config restored at the end: {plan.default_config.label}")
 

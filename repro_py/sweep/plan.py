@@ -163,6 +163,7 @@ class Plan:
             "default_config": None if self.default_config is None else self.default_config.short(),
             "bench": self.bench.as_dict(),
             "estimate": dict(self.estimate),
+            "estimate_basis": estimate_basis(self.estimate),
         }
 
 
@@ -433,9 +434,9 @@ def run_order(configs: Sequence[PlannedConfig]) -> list[PlannedConfig]:
 # ---------------------------------------------------------------- estimate
 
 
-def history_estimates(results_root: Path, host: str) -> tuple[float | None, float | None, float | None]:
+def history(results_root: Path, host: str) -> tuple[float | None, float | None, float | None, int]:
     """Medians from earlier runs on ``host``: restart time, benchmark time per cell per (repeat x
-    output token), gates time.
+    output token), gates time; and how many earlier configs they come from.
 
     The restart time is the whole reconfigure (the play's own overhead included)
     where recorded, else the engine's time to ready.
@@ -443,8 +444,9 @@ def history_estimates(results_root: Path, host: str) -> tuple[float | None, floa
     restarts: list[float] = []
     per_cell: list[float] = []
     gates: list[float] = []
+    count = 0
     if not results_root.is_dir():
-        return None, None, None
+        return None, None, None, 0
     for path in results_root.glob("*/configs/*.json"):
         try:
             doc = json.loads(path.read_text(encoding="utf-8"))
@@ -452,6 +454,7 @@ def history_estimates(results_root: Path, host: str) -> tuple[float | None, floa
             continue
         if not isinstance(doc, dict) or doc.get("fingerprint", {}).get("host") != host or doc.get("status") != "ok":
             continue
+        count += 1
         timing = doc.get("timing") or {}
         recon = doc.get("reconfigure") or {}
         if isinstance(timing.get("reconfigure_s"), int | float):
@@ -470,14 +473,14 @@ def history_estimates(results_root: Path, host: str) -> tuple[float | None, floa
     def med(values: list[float]) -> float | None:
         return statistics.median(values) if values else None
 
-    return med(restarts), med(per_cell), med(gates)
+    return med(restarts), med(per_cell), med(gates), count
 
 
 def estimate(
     target: Target, configs: Sequence[PlannedConfig], bench: BenchPlan, results_root: Path
 ) -> dict[str, float]:
     kind = target.engine_kind
-    hist_load, hist_cell, hist_gates = history_estimates(results_root, target.host)
+    hist_load, hist_cell, hist_gates, measured = history(results_root, target.host)
     load = target.var("sweep_load_time_s") or hist_load or DEFAULT_LOAD_S[kind]
     if hist_cell is not None:
         hist_cell *= bench.repeats * bench.max_tokens
@@ -491,7 +494,23 @@ def estimate(
         "gates_s_per_config": float(gates),
         "per_config_s": per_config,
         "total_s": per_config * len(configs) + restore,
+        "history_configs": float(measured),
+        "inventory_figures": float(
+            sum(1 for k in ("sweep_load_time_s", "sweep_cell_time_s", "sweep_gates_time_s") if target.var(k))
+        ),
     }
+
+
+def estimate_basis(est: Mapping[str, float]) -> str:
+    """Where an estimate's figures come from, in words (a fresh host has no measured history)."""
+    measured = int(est.get("history_configs", 0))
+    given = int(est.get("inventory_figures", 0))
+    parts = [f"measured history: {measured} config(s) of earlier runs on this host"] if measured else []
+    if given:
+        parts.append(f"{given} figure(s) from the inventory (sweep_*_time_s)")
+    if not measured:
+        parts.append("no measured history: estimate from defaults" if not given else "no measured history")
+    return "; ".join(parts)
 
 
 def make_plan(

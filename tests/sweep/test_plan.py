@@ -178,3 +178,24 @@ def test_format_duration() -> None:
     assert planmod.format_duration(5) == "5s"
     assert planmod.format_duration(125) == "2m05s"
     assert planmod.format_duration(3 * 3600 + 60) == "3h01m"
+
+
+def test_estimate_says_when_it_has_no_measured_history(tmp_path: Path) -> None:
+    bench = BenchPlan(contexts=(60,), concurrency=(1,), repeats=1, max_tokens=16)
+    cfgs = [planmod.validate_config({"budget": 8, "topk": 4}, simulated=True)]
+    fresh = planmod.estimate(make_target(), cfgs, bench, tmp_path)
+    assert planmod.estimate_basis(fresh) == "no measured history: estimate from defaults"
+    doc = {
+        "status": "ok",
+        "fingerprint": {"host": "testhost"},
+        "reconfigure": {"time_to_ready_s": 80.0},
+        "bench": {"cells": [{}], "settings": {"repeats": 1, "max_tokens": 16}},
+        "timing": {"reconfigure_s": 95.0, "bench_s": 5.0, "gates_s": 3.0},
+    }
+    for run in ("a", "b"):
+        path = tmp_path / run / "configs" / "x.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(doc), encoding="utf-8")
+    measured = planmod.estimate(make_target(), cfgs, bench, tmp_path)
+    assert measured["load_s_per_config"] == 95.0  # the measured restart, not the default
+    assert planmod.estimate_basis(measured) == "measured history: 2 config(s) of earlier runs on this host"
