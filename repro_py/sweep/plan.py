@@ -36,8 +36,9 @@ from repro_py import spec_config
 from repro_py.endpoint import Endpoint
 from repro_py.simengine.faults import FaultError, parse_faults
 from repro_py.spec_config import SpecConfig, SpecConfigError
+from repro_py.sweep import extravars
 
-SIM_FAULT_KEY = "sim_fault"
+SIM_FAULT_KEY = extravars.SIM_FAULT_KEY
 DEFAULT_CONTEXTS: tuple[int, ...] = (60, 1024, 4096)
 DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 8, 32)
 DEFAULT_REPEATS = 3
@@ -62,6 +63,8 @@ class PlannedConfig:
 
     spec: SpecConfig
     sim_fault: str | None = None
+    #: the grid entry's own extra vars: passed to this config's play only; not part of the label
+    extra_vars: Mapping[str, object] = dataclasses.field(default_factory=dict, hash=False)
 
     @property
     def label(self) -> str:
@@ -90,6 +93,14 @@ class PlannedConfig:
             out["topk"] = self.spec.topk
         if self.sim_fault:
             out[SIM_FAULT_KEY] = self.sim_fault
+        out.update(self.extra_vars)  # checked: never a config key nor its role variable
+        return out
+
+    def planned(self) -> dict[str, object]:
+        """The config as the plan and its result record it."""
+        out: dict[str, object] = {"label": self.label, "config": self.short()}
+        if self.extra_vars:
+            out[extravars.GRID_KEY] = dict(self.extra_vars)
         return out
 
     @property
@@ -159,7 +170,7 @@ class Plan:
             "host": self.target.host,
             "endpoint": self.target.endpoint.base_url,
             "grid_source": self.grid_source,
-            "configs": [{"label": c.label, "config": c.short()} for c in self.configs],
+            "configs": [c.planned() for c in self.configs],
             "default_config": None if self.default_config is None else self.default_config.short(),
             "bench": self.bench.as_dict(),
             "estimate": dict(self.estimate),
@@ -363,6 +374,9 @@ def validate_config(
     values = _normalise(raw)
     fault = values.pop(SIM_FAULT_KEY, None)
     problems: list[str] = []
+    extra: dict[str, object] = {}
+    if extravars.GRID_KEY in values:
+        extra, problems = extravars.check_mapping(values.pop(extravars.GRID_KEY), extravars.GRID_KEY)
     if fault is not None and not (isinstance(fault, str) and fault.strip().lower() in {"", "none"}):
         if not simulated:
             problems.append(f"sim_fault={fault!r} is only allowed for a simulated-engine inventory")
@@ -383,7 +397,7 @@ def validate_config(
         raise SpecConfigError(problems + exc.problems) from exc
     if problems:
         raise SpecConfigError(problems)
-    return PlannedConfig(spec=spec, sim_fault=fault.strip() if isinstance(fault, str) else None)
+    return PlannedConfig(spec=spec, sim_fault=fault.strip() if isinstance(fault, str) else None, extra_vars=extra)
 
 
 def describe(raw: Mapping[str, object]) -> str:

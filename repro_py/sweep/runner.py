@@ -160,6 +160,7 @@ class SweepRunner:
             "run_id": self.run_dir.run_id,
             "label": cfg.label,
             "config": cfg.short(),
+            "extra_vars": dict(cfg.extra_vars),
             "status": "ok",
             "failure": None,
             "fingerprint": {},

@@ -60,3 +60,22 @@ def test_a_rolled_back_config_is_fingerprinted_with_the_unit_that_failed() -> No
 def test_the_report_records_the_configs_own_unit() -> None:
     text = (BUNDLE / "roles/sglang_service/tasks/report.yml").read_text(encoding="utf-8")
     assert 'config_unit_sha256: "{{ (_sglang_service_fingerprint | default({})).unit_sha256' in text
+
+
+async def test_the_result_records_a_configs_own_extra_vars(tmp_path: Path) -> None:
+    entry = {**CONFIG, "extra_vars": {"sglang_service_ready_timeout": 2400}}
+    plan = make_plan([entry], tmp_path=tmp_path, default=None)
+    run_dir = state.RunDir(tmp_path / "results" / "r1")
+    runner = SweepRunner(
+        plan,
+        run_dir,
+        FakeReconfigurer(),
+        FakeMeasure(),
+        bundle=BUNDLE,
+        options=SweepOptions(restore=False),
+        console=Console(quiet=True),
+    )
+    await runner.run()
+    (doc,) = run_dir.results()
+    assert doc["extra_vars"] == {"sglang_service_ready_timeout": 2400}
+    assert "extra_vars" not in doc["config"]
