@@ -31,9 +31,8 @@ from repro_py.endpoint import Endpoint
 from repro_py.exitcodes import ExitCode
 from repro_py.report.render import build_report
 from repro_py.simengine.testing import free_port
-from repro_py.spec_config import ROLE_VARS, SHORT_KEYS
+from repro_py.sweep import extravars, state
 from repro_py.sweep import plan as planmod
-from repro_py.sweep import state
 from repro_py.sweep.localproc import LocalProcessReconfigurer
 from repro_py.sweep.measure import BundleMeasure
 from repro_py.sweep.plan import BenchPlan, Plan, PlanError, Target
@@ -96,12 +95,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-_RESERVED_VARS = frozenset({*SHORT_KEYS, planmod.SIM_FAULT_KEY, "sglang_service_report_path"})
-#: The role variables behind the config's keys: as extra vars they would set
-#: every config's value where its grid entry names none, behind the plan's back.
-_RESERVED_LONG = {**{var: key for key, var in ROLE_VARS.items()}, "sglang_service_sim_faults": planmod.SIM_FAULT_KEY}
-
-
 def parse_extra_vars(items: Sequence[str]) -> dict[str, object]:
     out: dict[str, object] = {}
     for item in items:
@@ -109,13 +102,9 @@ def parse_extra_vars(items: Sequence[str]) -> dict[str, object]:
         key = key.strip()
         if not sep or not key.isidentifier():
             raise PlanError([f"--extra-var {item!r}: KEY=VALUE expected"])
-        if key in _RESERVED_VARS:
-            raise PlanError([f"--extra-var {key}: set by the sweep per config (use the grid)"])
-        if key in _RESERVED_LONG:
-            raise PlanError([
-                f"--extra-var {key}: the role variable of the config key {_RESERVED_LONG[key]!r}, set by the sweep "
-                f"per config; put {_RESERVED_LONG[key]} in the grid (or in the inventory for every config)"
-            ])
+        why = extravars.problem(key, "--extra-var")
+        if why is not None:
+            raise PlanError([why])
         try:
             out[key] = yaml.safe_load(value) if value.strip() else ""
         except yaml.YAMLError as exc:
@@ -179,6 +168,7 @@ def print_plan(console: Console, plan: Plan, run_id: str) -> None:
         f"{est['bench_s_per_cell']:.0f} s + gates {planmod.format_duration(est['gates_s_per_config'])}; "
         f"plus restoring the default config)"
     )
+    console.print(f"estimate basis: {planmod.estimate_basis(est)}")
     if plan.default_config is not None:
         console.print(f"default config restored at the end: {plan.default_config.label}")
 
@@ -256,7 +246,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             raws = planmod.load_grid_file(args.grid)
             source = str(args.grid)
         elif stored is not None:
-            raws = [dict(item["config"]) for item in stored.get("configs", [])]
+            key = extravars.GRID_KEY  # a config's own extra vars are part of the plan
+            items = stored.get("configs", [])
+            raws = [{**item["config"], **({key: item[key]} if key in item else {})} for item in items]
             original = str(stored.get("grid_source") or "plan.json").removesuffix(" (resumed)")
             source = f"{original} (resumed)"
         else:

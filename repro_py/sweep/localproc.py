@@ -244,7 +244,8 @@ class LocalProcessReconfigurer:
                 )
             time.sleep(self.poll_s)
 
-    def journal(self, private_dir: Path, lines: int = 40) -> list[str]:
+    def journal(self, private_dir: Path, lines: int = 40, invocation_id: str | None = None) -> list[str]:
+        # one local process per reconfigure: its log holds only its own invocation
         if self.proc is not None and self.proc.poll() is not None:
             code = self.proc.returncode
             return [*(tail(self._log_path, lines - 1) if self._log_path else []), f"(engine exited with code {code})"]

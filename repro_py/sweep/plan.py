@@ -36,8 +36,9 @@ from repro_py import spec_config
 from repro_py.endpoint import Endpoint
 from repro_py.simengine.faults import FaultError, parse_faults
 from repro_py.spec_config import SpecConfig, SpecConfigError
+from repro_py.sweep import extravars
 
-SIM_FAULT_KEY = "sim_fault"
+SIM_FAULT_KEY = extravars.SIM_FAULT_KEY
 DEFAULT_CONTEXTS: tuple[int, ...] = (60, 1024, 4096)
 DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 8, 32)
 DEFAULT_REPEATS = 3
@@ -62,6 +63,8 @@ class PlannedConfig:
 
     spec: SpecConfig
     sim_fault: str | None = None
+    #: the grid entry's own extra vars: passed to this config's play only; not part of the label
+    extra_vars: Mapping[str, object] = dataclasses.field(default_factory=dict, hash=False)
 
     @property
     def label(self) -> str:
@@ -90,6 +93,14 @@ class PlannedConfig:
             out["topk"] = self.spec.topk
         if self.sim_fault:
             out[SIM_FAULT_KEY] = self.sim_fault
+        out.update(self.extra_vars)  # checked: never a config key nor its role variable
+        return out
+
+    def planned(self) -> dict[str, object]:
+        """The config as the plan and its result record it."""
+        out: dict[str, object] = {"label": self.label, "config": self.short()}
+        if self.extra_vars:
+            out[extravars.GRID_KEY] = dict(self.extra_vars)
         return out
 
     @property
@@ -159,10 +170,11 @@ class Plan:
             "host": self.target.host,
             "endpoint": self.target.endpoint.base_url,
             "grid_source": self.grid_source,
-            "configs": [{"label": c.label, "config": c.short()} for c in self.configs],
+            "configs": [c.planned() for c in self.configs],
             "default_config": None if self.default_config is None else self.default_config.short(),
             "bench": self.bench.as_dict(),
             "estimate": dict(self.estimate),
+            "estimate_basis": estimate_basis(self.estimate),
         }
 
 
@@ -362,6 +374,9 @@ def validate_config(
     values = _normalise(raw)
     fault = values.pop(SIM_FAULT_KEY, None)
     problems: list[str] = []
+    extra: dict[str, object] = {}
+    if extravars.GRID_KEY in values:
+        extra, problems = extravars.check_mapping(values.pop(extravars.GRID_KEY), extravars.GRID_KEY)
     if fault is not None and not (isinstance(fault, str) and fault.strip().lower() in {"", "none"}):
         if not simulated:
             problems.append(f"sim_fault={fault!r} is only allowed for a simulated-engine inventory")
@@ -382,7 +397,7 @@ def validate_config(
         raise SpecConfigError(problems + exc.problems) from exc
     if problems:
         raise SpecConfigError(problems)
-    return PlannedConfig(spec=spec, sim_fault=fault.strip() if isinstance(fault, str) else None)
+    return PlannedConfig(spec=spec, sim_fault=fault.strip() if isinstance(fault, str) else None, extra_vars=extra)
 
 
 def describe(raw: Mapping[str, object]) -> str:
@@ -433,9 +448,9 @@ def run_order(configs: Sequence[PlannedConfig]) -> list[PlannedConfig]:
 # ---------------------------------------------------------------- estimate
 
 
-def history_estimates(results_root: Path, host: str) -> tuple[float | None, float | None, float | None]:
+def history(results_root: Path, host: str) -> tuple[float | None, float | None, float | None, int]:
     """Medians from earlier runs on ``host``: restart time, benchmark time per cell per (repeat x
-    output token), gates time.
+    output token), gates time; and how many earlier configs they come from.
 
     The restart time is the whole reconfigure (the play's own overhead included)
     where recorded, else the engine's time to ready.
@@ -443,8 +458,9 @@ def history_estimates(results_root: Path, host: str) -> tuple[float | None, floa
     restarts: list[float] = []
     per_cell: list[float] = []
     gates: list[float] = []
+    count = 0
     if not results_root.is_dir():
-        return None, None, None
+        return None, None, None, 0
     for path in results_root.glob("*/configs/*.json"):
         try:
             doc = json.loads(path.read_text(encoding="utf-8"))
@@ -452,6 +468,7 @@ def history_estimates(results_root: Path, host: str) -> tuple[float | None, floa
             continue
         if not isinstance(doc, dict) or doc.get("fingerprint", {}).get("host") != host or doc.get("status") != "ok":
             continue
+        count += 1
         timing = doc.get("timing") or {}
         recon = doc.get("reconfigure") or {}
         if isinstance(timing.get("reconfigure_s"), int | float):
@@ -470,14 +487,14 @@ def history_estimates(results_root: Path, host: str) -> tuple[float | None, floa
     def med(values: list[float]) -> float | None:
         return statistics.median(values) if values else None
 
-    return med(restarts), med(per_cell), med(gates)
+    return med(restarts), med(per_cell), med(gates), count
 
 
 def estimate(
     target: Target, configs: Sequence[PlannedConfig], bench: BenchPlan, results_root: Path
 ) -> dict[str, float]:
     kind = target.engine_kind
-    hist_load, hist_cell, hist_gates = history_estimates(results_root, target.host)
+    hist_load, hist_cell, hist_gates, measured = history(results_root, target.host)
     load = target.var("sweep_load_time_s") or hist_load or DEFAULT_LOAD_S[kind]
     if hist_cell is not None:
         hist_cell *= bench.repeats * bench.max_tokens
@@ -491,7 +508,23 @@ def estimate(
         "gates_s_per_config": float(gates),
         "per_config_s": per_config,
         "total_s": per_config * len(configs) + restore,
+        "history_configs": float(measured),
+        "inventory_figures": float(
+            sum(1 for k in ("sweep_load_time_s", "sweep_cell_time_s", "sweep_gates_time_s") if target.var(k))
+        ),
     }
+
+
+def estimate_basis(est: Mapping[str, float]) -> str:
+    """Where an estimate's figures come from, in words (a fresh host has no measured history)."""
+    measured = int(est.get("history_configs", 0))
+    given = int(est.get("inventory_figures", 0))
+    parts = [f"measured history: {measured} config(s) of earlier runs on this host"] if measured else []
+    if given:
+        parts.append(f"{given} figure(s) from the inventory (sweep_*_time_s)")
+    if not measured:
+        parts.append("no measured history: estimate from defaults" if not given else "no measured history")
+    return "; ".join(parts)
 
 
 def make_plan(

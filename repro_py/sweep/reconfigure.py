@@ -77,8 +77,9 @@ class Reconfigurer(Protocol):
         (the Ansible reconfigurer then leaves out the sweep's ``--extra-var`` values)."""
         ...
 
-    def journal(self, private_dir: Path, lines: int = _JOURNAL_LINES) -> list[str]:
-        """The engine's last log lines (best effort; empty when unavailable)."""
+    def journal(self, private_dir: Path, lines: int = _JOURNAL_LINES, invocation_id: str | None = None) -> list[str]:
+        """The engine's last log lines (best effort; empty when unavailable); with ``invocation_id``
+        only that invocation's lines (never an earlier run's)."""
         ...
 
     def close(self) -> None:
@@ -169,7 +170,8 @@ def outcome_from_run(
         "invocation_id": report.get("invocation_id"),
         "main_pid": report.get("main_pid"),
         "changed": bool(report.get("changed", False)),
-        "unit_sha256": report.get("unit_sha256"),
+        # the unit that ran this config; after a rollback the installed one is another config's
+        "unit_sha256": report.get("config_unit_sha256") or report.get("unit_sha256"),
         "server_info_echo": report.get("server_info_echo"),
         "artifacts": artifacts,
     }
@@ -213,6 +215,14 @@ def outcome_from_run(
 
 
 # ---------------------------------------------------------------- ansible
+
+
+def journal_command(unit: str, lines: int, invocation_id: str | None) -> str:
+    """journalctl for one invocation (the engine's lines and systemd's about it), else the unit's last lines."""
+    base = f"journalctl -n {int(lines)} --no-pager -o short-iso"
+    if invocation_id and all(c.isalnum() for c in invocation_id):
+        return f"{base} _SYSTEMD_INVOCATION_ID={invocation_id} + INVOCATION_ID={invocation_id}"
+    return f"{base} -u {unit}"
 
 
 def _unit_name(target: Target) -> str:
@@ -297,7 +307,7 @@ class AnsibleReconfigurer:
             artifacts=os.path.relpath(artifact_dir, private_dir.parent.parent),
         )
 
-    def journal(self, private_dir: Path, lines: int = _JOURNAL_LINES) -> list[str]:
+    def journal(self, private_dir: Path, lines: int = _JOURNAL_LINES, invocation_id: str | None = None) -> list[str]:
         import ansible_runner  # noqa: PLC0415 (heavy; only when really used)
 
         private_dir = private_dir.resolve()
@@ -307,7 +317,7 @@ class AnsibleReconfigurer:
                 private_data_dir=str(private_dir),
                 host_pattern=self.limit,
                 module="ansible.builtin.command",
-                module_args=f"journalctl -u {_unit_name(self.target)} -n {int(lines)} --no-pager -o short-iso",
+                module_args=journal_command(_unit_name(self.target), lines, invocation_id),
                 inventory=str(self.target.inventory.resolve()),
                 envvars=self._env(),
                 cmdline="--become",  # the play restarts the unit with become; reading its journal needs it too

@@ -46,7 +46,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColum
 from rich.text import Text
 
 from repro_py.atomicio import write_json_atomic
-from repro_py.sweep import fingerprint, state
+from repro_py.sweep import fingerprint, hostcode, state
 from repro_py.sweep.measure import Measure
 from repro_py.sweep.plan import Plan, PlannedConfig, format_duration
 from repro_py.sweep.reconfigure import FAILED_TO_START, ReconfigureOutcome, Reconfigurer
@@ -160,6 +160,7 @@ class SweepRunner:
             "run_id": self.run_dir.run_id,
             "label": cfg.label,
             "config": cfg.short(),
+            "extra_vars": dict(cfg.extra_vars),
             "status": "ok",
             "failure": None,
             "fingerprint": {},
@@ -185,9 +186,14 @@ class SweepRunner:
         result["failure"] = {"class": klass, "reason": reason or "(no reason given)", "journal": list(journal or [])}
         return result
 
-    async def _journal(self, cfg: PlannedConfig) -> list[str]:
+    async def _journal(self, cfg: PlannedConfig, result: Mapping[str, Any]) -> list[str]:
+        """The journal of the invocation that served this config (never an earlier run's lines)."""
+        invocation = (result.get("reconfigure") or {}).get("invocation_id")
+        private = self.run_dir.runner_dir(cfg.label) / "journal"
         try:
-            return await asyncio.to_thread(self.reconfigurer.journal, self.run_dir.runner_dir(cfg.label) / "journal")
+            return await asyncio.to_thread(
+                functools.partial(self.reconfigurer.journal, private, invocation_id=invocation or None)
+            )
         except Exception as exc:  # best effort
             return [f"(journal unavailable: {exc})"]
 
@@ -226,7 +232,7 @@ class SweepRunner:
                     result,
                     FAILED_TO_START,
                     f"reported ready, but /server_info failed: {type(exc).__name__}: {exc}",
-                    await self._journal(cfg),
+                    await self._journal(cfg, result),
                 )
             timing["server_info_s"] = round(time.monotonic() - t, 3)
             result["engine"] = engine
@@ -249,7 +255,8 @@ class SweepRunner:
             if not alive or cells_failed:
                 why = bench_error or cells_failed or "no cell error recorded"
                 prefix = "the engine stopped answering during the benchmark" if not alive else "the benchmark failed"
-                return self._fail(result, CRASHED, f"{prefix} ({why})", await self._journal(cfg))
+                journal = await self._journal(cfg, result)
+                return self._fail(result, CRASHED, hostcode.explain_failure(f"{prefix} ({why})", journal), journal)
 
             t = time.monotonic()
             reference = self._load_reference()
@@ -261,9 +268,8 @@ class SweepRunner:
                 alive = await self.measure.alive(endpoint)
                 klass = GATE_FAILED if alive else CRASHED
                 prefix = "gates raised" if alive else "the engine stopped answering during the gates"
-                return self._fail(
-                    result, klass, f"{prefix}: {type(exc).__name__}: {exc}", [] if alive else await self._journal(cfg)
-                )
+                journal = [] if alive else await self._journal(cfg, result)
+                return self._fail(result, klass, f"{prefix}: {type(exc).__name__}: {exc}", journal)
             finally:
                 timing["gates_s"] = round(time.monotonic() - t, 3)
             new_reference = gates.pop("lossless_reference", None)
@@ -277,7 +283,7 @@ class SweepRunner:
                         result,
                         CRASHED,
                         "the engine stopped answering during the gates: " + "; ".join(_failed_gates(gates)),
-                        await self._journal(cfg),
+                        await self._journal(cfg, result),
                     )
                 failed = _failed_gates(gates) or ["gates did not pass (no gate named a reason)"]
                 return self._fail(result, GATE_FAILED, "; ".join(failed))

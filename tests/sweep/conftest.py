@@ -60,6 +60,7 @@ class FakeReconfigurer:
         self.calls: list[str] = []
         self.restores: list[bool] = []
         self.closed = False
+        self.journal_invocations: list[str | None] = []
 
     def reconfigure(
         self, cfg: PlannedConfig, private_dir: Path, cancel: threading.Event, *, restore: bool = False
@@ -91,7 +92,8 @@ class FakeReconfigurer:
             unit_sha256="a" * 64,
         )
 
-    def journal(self, private_dir: Path, lines: int = 40) -> list[str]:
+    def journal(self, private_dir: Path, lines: int = 40, invocation_id: str | None = None) -> list[str]:
+        self.journal_invocations.append(invocation_id)
         return ["engine: Segmentation fault", "systemd: sglang.service: Main process exited"]
 
     def close(self) -> None:

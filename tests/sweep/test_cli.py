@@ -87,6 +87,7 @@ def test_dry_run_prints_the_plan_and_estimate(tmp_path: Path, capsys: pytest.Cap
     assert "SIMULATED sweep plan" in out
     assert "baseline" in out and "crash-on-load" in out
     assert "estimated duration:" in out
+    assert "no measured history: estimate from defaults" in out  # a fresh results directory
     assert "contexts [60, 1024]" in out
     assert not (tmp_path / "results").exists()
 

@@ -178,3 +178,52 @@ def test_format_duration() -> None:
     assert planmod.format_duration(5) == "5s"
     assert planmod.format_duration(125) == "2m05s"
     assert planmod.format_duration(3 * 3600 + 60) == "3h01m"
+
+
+def test_estimate_says_when_it_has_no_measured_history(tmp_path: Path) -> None:
+    bench = BenchPlan(contexts=(60,), concurrency=(1,), repeats=1, max_tokens=16)
+    cfgs = [planmod.validate_config({"budget": 8, "topk": 4}, simulated=True)]
+    fresh = planmod.estimate(make_target(), cfgs, bench, tmp_path)
+    assert planmod.estimate_basis(fresh) == "no measured history: estimate from defaults"
+    doc = {
+        "status": "ok",
+        "fingerprint": {"host": "testhost"},
+        "reconfigure": {"time_to_ready_s": 80.0},
+        "bench": {"cells": [{}], "settings": {"repeats": 1, "max_tokens": 16}},
+        "timing": {"reconfigure_s": 95.0, "bench_s": 5.0, "gates_s": 3.0},
+    }
+    for run in ("a", "b"):
+        path = tmp_path / run / "configs" / "x.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(doc), encoding="utf-8")
+    measured = planmod.estimate(make_target(), cfgs, bench, tmp_path)
+    assert measured["load_s_per_config"] == 95.0  # the measured restart, not the default
+    assert planmod.estimate_basis(measured) == "measured history: 2 config(s) of earlier runs on this host"
+
+
+def test_a_grid_entry_may_carry_extra_vars_recorded_in_the_plan(tmp_path: Path) -> None:
+    raws: list[dict[str, object]] = [
+        {"budget": 8, "topk": 4, "extra_vars": {"sglang_service_ready_timeout": 2400}},
+        {"budget": 16, "topk": 4},
+    ]
+    plan = make_plan(raws, tmp_path=tmp_path, default=None)
+    doc = plan.as_dict("r1")
+    configs = {c["label"]: c for c in doc["configs"]}  # type: ignore[union-attr]
+    assert configs["ddtree-b8-t4-wnone-bs8"]["extra_vars"] == {"sglang_service_ready_timeout": 2400}
+    assert "extra_vars" not in configs["ddtree-b16-t4-wnone-bs8"]
+    assert "extra_vars" not in configs["ddtree-b8-t4-wnone-bs8"]["config"]  # the config (and label) are unchanged
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        ({"budget": 12}, "extra_vars budget: set by the sweep per config"),
+        ({"sglang_service_ddtree_budget": 12}, "the role variable of the config key 'budget'"),
+        ({"sglang_service_report_path": "/x"}, "extra_vars sglang_service_report_path: set by the sweep"),
+        ("ready_timeout=10", "extra_vars: expected a mapping of variable -> value"),
+    ],
+)
+def test_a_grid_entrys_extra_vars_are_refused_like_the_clis(tmp_path: Path, extra: object, words: str) -> None:
+    with pytest.raises(PlanError, match="config #1") as info:
+        make_plan([{"budget": 8, "topk": 4, "extra_vars": extra}], tmp_path=tmp_path, default=None)
+    assert words in str(info.value)

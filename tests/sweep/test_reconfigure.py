@@ -188,3 +188,35 @@ def test_extra_vars_go_to_every_play_but_the_restore(
     assert rec.reconfigure(cfg, tmp_path / "b", threading.Event(), restore=True).ok
     assert seen[0]["sglang_service_sim_speed"] == 10 and seen[0]["budget"] == 8  # the config's keys win
     assert "sglang_service_sim_speed" not in seen[1]
+
+
+def test_a_grid_entrys_extra_vars_go_to_its_own_play_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_bundle: tuple[Path, planmod.Target]
+) -> None:
+    seen: list[dict[str, object]] = []
+
+    class Result:
+        status, rc = "successful", 0
+
+        def __init__(self, private: str) -> None:
+            self.config = type("C", (), {"artifact_dir": str(Path(private) / "artifacts" / "x")})()
+
+    def fake_run(**kwargs: object) -> Result:
+        extravars = kwargs["extravars"]
+        assert isinstance(extravars, dict)
+        seen.append(dict(extravars))
+        Path(str(extravars["sglang_service_report_path"])).write_text(json.dumps({"status": "ready"}))
+        return Result(str(kwargs["private_data_dir"]))
+
+    monkeypatch.setattr(ansible_runner, "run", fake_run)
+    bundle, target = fake_bundle
+    rec = AnsibleReconfigurer(bundle, target, extra_vars={"sglang_service_ready_timeout": 900})
+    slow = planmod.validate_config(
+        {"budget": 8, "topk": 4, "extra_vars": {"sglang_service_ready_timeout": 2400}}, simulated=True
+    )
+    plain = planmod.validate_config({"budget": 16, "topk": 4}, simulated=True)
+    assert slow.label == planmod.validate_config({"budget": 8, "topk": 4}, simulated=True).label
+    assert rec.reconfigure(slow, tmp_path / "a", threading.Event()).ok
+    assert rec.reconfigure(plain, tmp_path / "b", threading.Event()).ok
+    assert seen[0]["sglang_service_ready_timeout"] == 2400  # the entry's own value beats --extra-var
+    assert seen[1]["sglang_service_ready_timeout"] == 900

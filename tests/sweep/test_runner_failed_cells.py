@@ -40,7 +40,9 @@ async def test_failed_cells_end_the_config_as_crashed_during_benchmark(tmp_path:
     assert doc["status"] == "failed"
     failure = doc["failure"]
     assert failure["class"] == "crashed_during_benchmark"
-    assert failure["reason"].startswith("the benchmark failed (1/4 cells failed; first: context=60 concurrency=8")
+    # the cause found in the journal first, the benchmark's own account after it
+    assert failure["reason"].startswith("the engine crashed (segmentation fault)")
+    assert "the benchmark failed (1/4 cells failed; first: context=60 concurrency=8" in failure["reason"]
     assert "stopped answering during repeat 1" in failure["reason"]
     assert failure["journal"]  # the engine's journal comes with it
     assert measure.references == []  # the gates did not run on a config whose benchmark failed

@@ -37,6 +37,7 @@ import urllib.request
 from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_failure import explain
 from ansible.module_utils.sglang_host import unit_show
 
 DOCUMENTATION = r"""
@@ -122,15 +123,19 @@ def start_monotonic(props, key="ExecMainStartTimestampMonotonic"):
     return usec / 1e6 if usec > 0 else None
 
 
-def journal(unit, invocation_id, lines):
-    """Last journal lines of one invocation; waits (bounded) until journald has caught up."""
+def journal_command(unit, invocation_id, lines, since_epoch):
+    """journalctl for one invocation's lines: the engine's own carry _SYSTEMD_INVOCATION_ID,
+    systemd's about it INVOCATION_ID. Without an invocation (the start never happened) only
+    the unit's lines since this wait began: never lines of an earlier run."""
     cmd = ["journalctl", "--no-pager", "-o", "short-iso", "-n", str(lines)]
-    # The engine's own lines carry _SYSTEMD_INVOCATION_ID, systemd's lines about it INVOCATION_ID.
-    cmd += (
-        ["_SYSTEMD_INVOCATION_ID=" + invocation_id, "+", "INVOCATION_ID=" + invocation_id]
-        if invocation_id
-        else ["-u", unit]
-    )
+    if invocation_id:
+        return [*cmd, "_SYSTEMD_INVOCATION_ID=" + invocation_id, "+", "INVOCATION_ID=" + invocation_id]
+    return [*cmd, "-u", unit, "--since", f"@{int(since_epoch)}"]
+
+
+def journal(unit, invocation_id, lines, since_epoch):
+    """Last journal lines of one invocation; waits (bounded) until journald has caught up."""
+    cmd = journal_command(unit, invocation_id, lines, since_epoch)
     previous = None
     deadline = time.monotonic() + 3.0
     text = ""
@@ -142,9 +147,10 @@ def journal(unit, invocation_id, lines):
         time.sleep(0.25)
     out = [ln for ln in text.splitlines() if ln and not ln.startswith("-- ")]
     if not out and invocation_id:
-        fallback = ["journalctl", "--no-pager", "-o", "short-iso", "-n", str(lines), "-u", unit]
+        # nothing under that invocation yet: the unit's own lines since this wait began
+        fallback = journal_command(unit, "", lines, since_epoch)
         text = subprocess.run(fallback, check=False, capture_output=True, text=True).stdout
-        out = [ln for ln in text.splitlines() if ln]
+        out = [ln for ln in text.splitlines() if ln and not ln.startswith("-- ")]
     return out
 
 
@@ -240,7 +246,8 @@ def check_unit(props, state):
         if active in ("failed", "inactive"):
             result = props.get("Result")
             hint = " (systemd refused the start: the start limit was hit)" if result == "start-limit-hit" else ""
-            raise EngineFailed(f"unit is {active}/{sub} and no new invocation started (Result={result}){hint}", inv)
+            # the invocation in view is the previous one: its lines say nothing about this start
+            raise EngineFailed(f"unit is {active}/{sub} and no new invocation started (Result={result}){hint}", "")
         raise NotReady("waiting for a new invocation")
     if state["invocation"] is None:
         state["invocation"] = inv
@@ -287,6 +294,7 @@ def main():
         module.no_log_values.add(api_key)  # masked in anything this module returns
     base = f"http://{p['host']}:{p['port']}"
     t0 = time.monotonic()
+    began_epoch = time.time() - 1.0
     deadline = t0 + p["timeout"]
     state = {"require_new": p["require_new_invocation"], "previous": p["previous_invocation_id"], "invocation": None}
     phase = "unit"
@@ -365,16 +373,19 @@ def main():
         detected = round(now - t0, 3)
         started = start_monotonic(props)
         exited = start_monotonic(props, "ExecMainExitTimestampMonotonic")
+        lines = journal(p["unit"], exc.invocation_id, p["journal_lines"], began_epoch)
+        reason = explain(exc.reason, lines)
         module.fail_json(
-            msg=f"{p['unit']}: {exc.reason}",
-            reason=exc.reason,
+            msg=f"{p['unit']}: {reason}",
+            reason=reason,
+            unit_state_reason=exc.reason,
             phase=phase,
             detection_s=detected,
             failed_after_start_s=round(now - started, 3) if started else None,
             exit_to_detection_s=round(now - exited, 3) if exited and started and exited >= started else None,
             invocation_id=exc.invocation_id,
             unit_state={k: props.get(k) for k in _SHOW_PROPS},
-            journal=journal(p["unit"], exc.invocation_id, p["journal_lines"]),
+            journal=lines,
         )
 
     now = time.monotonic()
