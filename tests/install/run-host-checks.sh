@@ -105,8 +105,8 @@ grep -q "JIT check passed as uid" "$log/site-1.log" \
     || fail "site-1: the deferred JIT check did not run in the staged unit's sandbox before the first start"
 in_host gcc --version | head -1
 in_host test -f /usr/include/python3.12/Python.h || fail "python3.12-dev not installed"
-timed site-2 "${site[@]}"
-[[ "$(changed_count site-2)" == 0 ]] || { grep -B3 'changed:' "$log/site-2.log" | head -40; fail "site-2 is not idempotent"; }
+timed site-2 "${site[@]}" --diff  # --diff: a change shows what changed
+[[ "$(changed_count site-2)" == 0 ]] || { grep -B3 -A40 'changed:' "$log/site-2.log" | head -120; fail "site-2 is not idempotent"; }
 grep -qE "JIT check passed (as uid|before with the same inputs)" "$log/site-2.log" || fail "site-2: the JIT check did not run"
 grep -oE "JIT check passed (as uid|before)[^\"]*" "$log/site-2.log" | head -1
 # What a sweep runs per config: the version gate (the JIT check cached) and the service.
