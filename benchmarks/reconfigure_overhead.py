@@ -1,0 +1,126 @@
+"""Reconfigure overhead: what one sweep step's play costs beyond the engine's own load.
+
+Runs ``playbooks/reconfigure.yml`` through the sweep's own path
+(``repro_py.sweep.reconfigure.AnsibleReconfigurer``, ansible-runner) against
+the deployed test host of ``inventory/local`` (``make deploy`` first), once per
+config of a small grid, twice over, each a real restart. Prints per play::
+
+    wall        the play, from ansible-runner's start to its end
+    ready       the new server's start -> ready, as the readiness check measured it
+                (the simulated engine's load + warmup + the first requests)
+    overhead    wall - ready: everything the play adds around the engine
+    tasks       tasks executed on the host / skipped / run on the controller only
+
+then the median overhead and the median task count. The target of the
+configuration contract is a median overhead <= 10 s over SSH; the figures
+printed are this machine's, over the connection the inventory names (podman
+exec for inventory/local), with the simulated engine: they say nothing about a
+GPU host's load time, only about the play around it.
+
+Usage::
+
+    python benchmarks/reconfigure_overhead.py [--inventory inventory/local] [--rounds 2] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from repro_py.sweep import plan as planmod  # noqa: E402
+from repro_py.sweep.reconfigure import AnsibleReconfigurer  # noqa: E402
+
+GRID: list[dict[str, object]] = [
+    {"algorithm": "ddtree", "budget": 8, "topk": 4, "window": 2048, "block_size": 8},
+    {"algorithm": "ddtree", "budget": 12, "topk": 6, "window": 2048, "block_size": 8},
+    {"algorithm": "dflash", "window": 2048, "block_size": 8},
+]
+
+
+def task_counts(artifact_dir: Path) -> Counter[str]:
+    """Per event kind: ``ok``/``changed``/``failed`` (executed), ``skipped``, from ansible-runner's events."""
+    counts: Counter[str] = Counter()
+    for path in sorted((artifact_dir / "job_events").glob("*.json")):
+        event = json.loads(path.read_text(encoding="utf-8"))
+        kind = event.get("event", "")
+        data = event.get("event_data") or {}
+        if kind == "runner_on_ok":
+            counts["changed" if (data.get("res") or {}).get("changed") else "ok"] += 1
+        elif kind in ("runner_on_failed", "runner_on_unreachable"):
+            counts["failed"] += 1
+        elif kind == "runner_on_skipped":
+            counts["skipped"] += 1
+        elif kind == "playbook_on_task_start":
+            counts["started"] += 1
+    return counts
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--inventory", type=Path, default=ROOT / "inventory" / "local")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    args = p.parse_args(argv)
+
+    target = planmod.load_target(args.inventory)
+    reconf = AnsibleReconfigurer(ROOT, target)
+    configs = [planmod.validate_config(raw, simulated=True) for raw in GRID]
+    rows: list[dict[str, object]] = []
+    with tempfile.TemporaryDirectory(prefix="reconfigure-overhead.") as tmp:
+        for rnd in range(args.rounds):
+            for cfg in configs:
+                private = Path(tmp) / f"r{rnd}-{cfg.label}"
+                started = time.monotonic()
+                out = reconf.reconfigure(cfg, private, threading.Event())
+                wall = time.monotonic() - started
+                counts = task_counts(Path(out.artifacts)) if out.artifacts else Counter()
+                executed = counts["ok"] + counts["changed"] + counts["failed"]
+                row: dict[str, object] = {
+                    "label": cfg.label,
+                    "status": out.status,
+                    "wall_s": round(wall, 2),
+                    "ready_s": out.time_to_ready_s,
+                    "overhead_s": round(wall - out.time_to_ready_s, 2) if out.time_to_ready_s is not None else None,
+                    "tasks_executed": executed,
+                    "tasks_skipped": counts["skipped"],
+                    "tasks_started": counts["started"],
+                }
+                rows.append(row)
+                print(
+                    f"{cfg.label:28s} {out.status:10s} wall {wall:7.1f} s  ready {out.time_to_ready_s or 0:6.1f} s  "
+                    f"overhead {row['overhead_s'] if row['overhead_s'] is not None else 'n/a':>7} s  "
+                    f"tasks {executed} executed / {counts['skipped']} skipped",
+                    flush=True,
+                )
+    good = [r for r in rows if r["status"] == "ready" and r["overhead_s"] is not None]
+    failed = [r for r in rows if r not in good]
+    if failed:
+        print(f"{len(failed)} play(s) did not end ready and are not counted: "
+              + ", ".join(f"{r['label']} ({r['status']})" for r in failed))  # fmt: skip
+    if not good:
+        print("no play ended ready: no figures")
+        return 1
+    med_over = statistics.median(float(r["overhead_s"]) for r in good)  # type: ignore[arg-type]
+    med_tasks = statistics.median(int(r["tasks_executed"]) for r in good)  # type: ignore[call-overload]
+    med_wall = statistics.median(float(r["wall_s"]) for r in good)  # type: ignore[arg-type]
+    conn = target.hostvars.get("ansible_connection", "ssh")
+    print(f"\nconnection {conn}; {len(good)} plays; median wall {med_wall:.1f} s, median overhead {med_over:.1f} s "
+          f"(target <= 10 s), median tasks executed {med_tasks:.0f}")  # fmt: skip
+    if args.json:
+        args.json.write_text(json.dumps({"connection": conn, "rows": rows, "median_overhead_s": med_over,
+                                         "median_tasks_executed": med_tasks}, indent=2) + "\n")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
