@@ -34,7 +34,8 @@ from repro_py.report.render import build_report
 from repro_py.simengine.testing import free_port
 from repro_py.sweep import extravars, state
 from repro_py.sweep import plan as planmod
-from repro_py.sweep.lease import TAKEOVER_FLAG, HostLease, LeaseRefused, ansible_play_runner
+from repro_py.sweep.lease import TAKEOVER_FLAG, HostLease
+from repro_py.sweep.lease import take as take_lease
 from repro_py.sweep.localproc import LocalProcessReconfigurer
 from repro_py.sweep.measure import BundleMeasure
 from repro_py.sweep.plan import BenchPlan, Plan, PlanError, Target
@@ -298,17 +299,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not reconfigurer.available():
             console.print(f"[red]{reconfigurer.playbook} does not exist[/]")
             return ExitCode.USAGE
-        lease = HostLease(ansible_play_runner(reconfigurer.run_play, bundle), run_id, takeover=args.take_over_lease)
-        try:
-            console.print(lease.acquire(), markup=False, highlight=False)
-        except LeaseRefused as exc:
-            console.print("[red]refused; nothing was restarted:[/]")
-            console.print(str(exc), markup=False, highlight=False, soft_wrap=True)
-            console.print("[yellow]if that run is gone, take the lease over with:[/]")
-            command = ["python", "-m", "repro_py.sweep", *(sys.argv[1:] if argv is None else argv), TAKEOVER_FLAG]
-            console.print(shlex.join(command), soft_wrap=True, markup=False, highlight=False)
+        command = ["python", "-m", "repro_py.sweep", *(sys.argv[1:] if argv is None else argv)]
+        lease = take_lease(reconfigurer, run_id, takeover=args.take_over_lease, console=console, command=command)
+        if lease is None:
             return ExitCode.LEASED
-        reconfigurer.lease_vars = lease.extravars()
     try:
         run_dir.path.mkdir(parents=True, exist_ok=True)
         plan_doc = plan.as_dict(run_id)

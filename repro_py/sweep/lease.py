@@ -20,14 +20,17 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 import tempfile
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
 from repro_py.sweep import hostcode
-from repro_py.sweep.reconfigure import failed_task_messages, read_events
+from repro_py.sweep.reconfigure import AnsibleReconfigurer, failed_task_messages, read_events
 
 #: ``run_play(playbook name, private dir, extra vars)`` -> (runner status, rc, job events).
 PlayRunner = Callable[[str, Path, Mapping[str, object]], tuple[str, int | None, list[dict[str, Any]]]]
@@ -115,3 +118,22 @@ class HostLease:
         if rc != 0 or not said:
             return f"giving back host lease {self.lease_id} ended with status={status} rc={rc}"
         return said[-1]
+
+
+def take(
+    reconfigurer: AnsibleReconfigurer, run_id: str, *, takeover: bool, console: Console, command: list[str]
+) -> HostLease | None:
+    """Take the lease for a run whose plays ``reconfigurer`` runs, and have every play carry it; refused: None,
+    after printing who holds it and ``command`` with :data:`TAKEOVER_FLAG` (the way to take it over)."""
+    lease = HostLease(ansible_play_runner(reconfigurer.run_play, reconfigurer.bundle), run_id, takeover=takeover)
+    try:
+        console.print(lease.acquire(), markup=False, highlight=False)
+    except LeaseRefused as exc:
+        console.print("[red]refused; nothing was restarted:[/]")
+        console.print(str(exc), markup=False, highlight=False, soft_wrap=True)
+        console.print("[yellow]if that run is gone, take the lease over with:[/]")
+        takeover_command = command if TAKEOVER_FLAG in command else [*command, TAKEOVER_FLAG]
+        console.print(shlex.join(takeover_command), soft_wrap=True, markup=False, highlight=False)
+        return None
+    reconfigurer.lease_vars = lease.extravars()
+    return lease
