@@ -3,7 +3,8 @@
 Exit codes (:class:`repro_py.exitcodes.ExitCode`): 0 the sweep ran to the end
 (failed configs are results, listed with reasons in the report); 1 the sweep
 ran but restoring the default config failed; 2 bad command line or an
-invalid plan (nothing was restarted); 130 interrupted (resumable).
+invalid plan (nothing was restarted); 3 the host is leased to another sweep
+or deploy (nothing was restarted); 130 interrupted (resumable).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from repro_py.report.render import build_report
 from repro_py.simengine.testing import free_port
 from repro_py.sweep import extravars, state
 from repro_py.sweep import plan as planmod
+from repro_py.sweep.lease import TAKEOVER_FLAG, HostLease
+from repro_py.sweep.lease import take as take_lease
 from repro_py.sweep.localproc import LocalProcessReconfigurer
 from repro_py.sweep.measure import BundleMeasure
 from repro_py.sweep.plan import BenchPlan, Plan, PlanError, Target
@@ -92,6 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
         "the config's own keys cannot be set this way",
     )
     p.add_argument("--no-report", action="store_true", help="skip summary/plots/manifest at the end")
+    p.add_argument(
+        TAKEOVER_FLAG,
+        action="store_true",
+        help="take the host lease over from the run that holds it (check that run is gone first); a holder "
+        "whose process is gone on this controller is taken over without it",
+    )
     return p
 
 
@@ -277,10 +286,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if run_dir.path.exists():
             console.print(f"[red]{run_dir.path} exists; pass --resume to continue it or another --run-id[/]")
             return ExitCode.USAGE
-    run_dir.path.mkdir(parents=True, exist_ok=True)
 
     reconfigurer: Any
-    if args.reconfigurer == "local":
+    lease: HostLease | None = None
+    if args.reconfigurer == "local":  # its own engine on a free loopback port: no host, no lease
         if extra_vars:
             console.print("[yellow]--extra-var is for the Ansible play; the local reconfigurer ignores it[/]")
         local_target, reconfigurer = local_reconfigurer(plan.target)
@@ -290,21 +299,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not reconfigurer.available():
             console.print(f"[red]{reconfigurer.playbook} does not exist[/]")
             return ExitCode.USAGE
-    plan_doc = plan.as_dict(run_id)
-    plan_doc["extra_vars"] = extra_vars
-    plan_doc["reconfigurer"] = args.reconfigurer
-    write_json_atomic(run_dir.plan, plan_doc)
-
-    runner = SweepRunner(
-        plan,
-        run_dir,
-        reconfigurer,
-        BundleMeasure(),
-        bundle=bundle,
-        options=SweepOptions(restore=not args.no_restore, retry_failed=args.retry_failed),
-        console=console,
-    )
+        command = ["python", "-m", "repro_py.sweep", *(sys.argv[1:] if argv is None else argv)]
+        lease = take_lease(reconfigurer, run_id, takeover=args.take_over_lease, console=console, command=command)
+        if lease is None:
+            return ExitCode.LEASED
     try:
+        run_dir.path.mkdir(parents=True, exist_ok=True)
+        plan_doc = plan.as_dict(run_id)
+        plan_doc["extra_vars"] = extra_vars
+        plan_doc["reconfigurer"] = args.reconfigurer
+        write_json_atomic(run_dir.plan, plan_doc)
+        runner = SweepRunner(
+            plan,
+            run_dir,
+            reconfigurer,
+            BundleMeasure(),
+            bundle=bundle,
+            options=SweepOptions(restore=not args.no_restore, retry_failed=args.retry_failed),
+            console=console,
+        )
         outcome = asyncio.run(runner.run())
     except KeyboardInterrupt:
         run_dir.write_state(state.STATE_INTERRUPTED, reason="KeyboardInterrupt")
@@ -312,6 +325,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.INTERRUPTED
     finally:
         reconfigurer.close()
+        if lease is not None:  # the whole sweep ran under it, the restore included
+            console.print(lease.release(), markup=False, highlight=False)
     if outcome.interrupted:
         what = f"interrupted after {len(outcome.ran)} configs; results so far in {run_dir.path}"
         print_resume(console, what, args.inventory, run_id, results=results_root)

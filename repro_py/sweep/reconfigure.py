@@ -251,6 +251,8 @@ class AnsibleReconfigurer:
         self.limit = limit or target.host
         self.verbosity = verbosity
         self.playbook = self.bundle / "playbooks" / "reconfigure.yml"
+        #: The sweep's host lease (its id and holder): every play, the restore included, runs under it.
+        self.lease_vars: dict[str, object] = {}
 
     def available(self) -> bool:
         return self.playbook.is_file()
@@ -264,11 +266,30 @@ class AnsibleReconfigurer:
             env["ANSIBLE_CONFIG"] = str(cfg)
         return env
 
+    def run_play(
+        self, playbook: Path, private_dir: Path, extravars: Mapping[str, object], cancel: threading.Event | None = None
+    ) -> Any:
+        """One ansible-runner run of ``playbook`` on the target (the sweep's lease vars added); its result."""
+        import ansible_runner  # noqa: PLC0415 (heavy; only when really used)
+
+        private_dir.mkdir(parents=True, exist_ok=True)
+        return ansible_runner.run(
+            private_data_dir=str(private_dir),
+            project_dir=str(self.bundle),
+            playbook=str(playbook),
+            inventory=str(self.target.inventory.resolve()),
+            limit=self.limit,
+            extravars={**extravars, **self.lease_vars},
+            envvars=self._env(),
+            quiet=True,
+            verbosity=self.verbosity or None,
+            cancel_callback=(cancel or threading.Event()).is_set,
+            rotate_artifacts=0,
+        )
+
     def reconfigure(
         self, cfg: PlannedConfig, private_dir: Path, cancel: threading.Event, *, restore: bool = False
     ) -> ReconfigureOutcome:
-        import ansible_runner  # noqa: PLC0415 (heavy; only when really used)
-
         private_dir = private_dir.resolve()
         private_dir.mkdir(parents=True, exist_ok=True)
         report_path = private_dir / "reconfigure-report.json"
@@ -276,19 +297,7 @@ class AnsibleReconfigurer:
         extravars = {**({} if restore else self.extra_vars), **cfg.extravars()}
         extravars["sglang_service_report_path"] = str(report_path)
         started = time.monotonic()
-        result = ansible_runner.run(
-            private_data_dir=str(private_dir),
-            project_dir=str(self.bundle),
-            playbook=str(self.playbook),
-            inventory=str(self.target.inventory.resolve()),
-            limit=self.limit,
-            extravars=extravars,
-            envvars=self._env(),
-            quiet=True,
-            verbosity=self.verbosity or None,
-            cancel_callback=cancel.is_set,
-            rotate_artifacts=0,
-        )
+        result = self.run_play(self.playbook, private_dir, extravars, cancel)
         wall = time.monotonic() - started
         report: dict[str, Any] | None = None
         if report_path.is_file():

@@ -23,6 +23,8 @@ from repro_py import manifest
 from repro_py.atomicio import write_json_atomic
 from repro_py.cliparse import parse_or_exit_code
 from repro_py.exitcodes import ExitCode
+from repro_py.sweep.lease import TAKEOVER_FLAG, HostLease
+from repro_py.sweep.lease import take as take_lease
 from repro_py.tune import ladder as laddermod
 from repro_py.tune import objectives as objmod
 from repro_py.tune import summary, writeback
@@ -168,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
         "process (simulated inventories only; development aid)",
     )
     p.add_argument("--no-report", action="store_true", help="skip the reports and the manifest at the end")
+    p.add_argument(TAKEOVER_FLAG, action="store_true", help="take the host lease over (as for a sweep)")
     return p
 
 
@@ -295,8 +298,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if run_dir.path.exists():
             console.print(f"[red]{run_dir.path} exists; pass --resume to continue it or another --run-id[/]")
             return ExitCode.USAGE
-    run_dir.path.mkdir(parents=True, exist_ok=True)
     reconfigurer: Any
+    lease: HostLease | None = None  # one host lease for the whole run (repro_py.sweep.lease)
     if args.reconfigurer == "local":
         local_target, reconfigurer = local_reconfigurer(plan.target)
         plan = dataclasses.replace(plan, target=local_target)
@@ -305,6 +308,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not reconfigurer.available():
             console.print(f"[red]{reconfigurer.playbook} does not exist[/]")
             return ExitCode.USAGE
+        command = ["python", "-m", TOOL, *(sys.argv[1:] if argv is None else argv)]
+        lease = take_lease(reconfigurer, run_id, takeover=args.take_over_lease, console=console, command=command)
+        if lease is None:
+            return ExitCode.LEASED
+    run_dir.path.mkdir(parents=True, exist_ok=True)
     settings_doc = settings.as_dict()
     settings_doc["extra_vars"] = extra_vars
     settings_doc["reconfigurer"] = args.reconfigurer
@@ -337,6 +345,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.INTERRUPTED
     finally:
         reconfigurer.close()
+        if lease is not None:
+            console.print(lease.release(), markup=False, highlight=False)
     if interrupted:
         print_resume(
             console,

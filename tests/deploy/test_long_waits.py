@@ -1,8 +1,8 @@
 """Every wait that can outlast a NAT/firewall idle timeout runs as a polled async job.
 
 A readiness wait lasts up to sglang_service_ready_timeout (20 min on the GPU
-hosts); a stop drains for minutes; the deploy lock may wait for another
-deploy's whole load. Run as one synchronous module, each keeps one SSH session
+hosts); a stop drains for minutes. (The host lease never waits: a second run
+is refused at once.) Run as one synchronous module, each keeps one SSH session
 silent that long, and an idle timeout on the way cuts it: the play then fails
 although the server is fine. As async jobs they run on the host and the
 controller asks every sglang_service_async_poll seconds over a short connection.
@@ -17,7 +17,7 @@ import pytest
 import yaml
 from conftest import ROOT
 
-LONG_WAITS = {"sglang_wait_ready", "sglang_stop_wait", "sglang_deploy_lock"}
+LONG_WAITS = {"sglang_wait_ready", "sglang_stop_wait"}
 TASK_FILES = sorted((ROOT / "roles").glob("*/tasks/*.yml"))
 
 
@@ -38,8 +38,6 @@ def _waits() -> list[tuple[Path, dict]]:
     for path in TASK_FILES:
         for task in _tasks(yaml.safe_load(path.read_text())):
             module = next((m for m in task if m in LONG_WAITS), None)
-            if module == "sglang_deploy_lock" and task[module].get("state") == "released":
-                continue  # releasing never waits
             gpu_wait = isinstance(task.get("sglang_gpu_state"), dict) and task["sglang_gpu_state"].get("wait") is True
             if module or gpu_wait:
                 found.append((path, task))
@@ -55,4 +53,4 @@ def test_the_long_waits_are_found():
 def test_each_long_wait_is_async_and_polled(path: Path, task: dict):
     assert "async" in task and "poll" in task, f"{path.name}: '{task['name']}' runs synchronously"
     assert "sglang_service_async_poll" in str(task["poll"])
-    assert "timeout" in str(task["async"]) or "lock_wait" in str(task["async"]), task["async"]
+    assert "timeout" in str(task["async"]), task["async"]

@@ -11,7 +11,6 @@ pytest.importorskip("ansible")
 
 wait = load_module("sglang_wait_ready", ROOT / "roles/sglang_service/library/sglang_wait_ready.py")
 stop = load_module("sglang_stop_wait", ROOT / "roles/sglang_service/library/sglang_stop_wait.py")
-lock = load_module("sglang_deploy_lock", ROOT / "roles/sglang_service/library/sglang_deploy_lock.py")
 plugin = load_module("ddtree_validate_plugin", ROOT / "plugins/action/ddtree_validate.py")
 
 
@@ -94,25 +93,6 @@ def test_merge_keeps_explicit_and_drops_unused_defaults():
     }
     assert plugin.merge_short_keys({"algorithm": "none"}, defaults) == {"algorithm": "none"}
     assert plugin.merge_short_keys({"algorithm": "dflash", "budget": 8}, defaults)["budget"] == 8
-
-
-def test_lock_is_exclusive_and_released_only_by_its_owner(tmp_path: Path):
-    path = tmp_path / "run" / "unit.lock"
-    assert lock.acquire(path, "a", timeout=1, stale_after=60, poll=0.01)["took_over"] is None
-    with pytest.raises(TimeoutError, match="owner a"):
-        lock.acquire(path, "b", timeout=0.05, stale_after=60, poll=0.01)
-    assert lock.release(path, "b") is False and path.exists()
-    assert lock.acquire(path, "a", timeout=1, stale_after=60, poll=0.01).get("already_held") is True
-    assert lock.release(path, "a") is True and not path.exists()
-    assert lock.acquire(path, "b", timeout=1, stale_after=60, poll=0.01)["waited_s"] < 1
-
-
-def test_abandoned_lock_is_taken_over(tmp_path: Path):
-    path = tmp_path / "unit.lock"
-    path.write_text('{"owner": "gone", "acquired_at": 0}')
-    result = lock.acquire(path, "new", timeout=1, stale_after=60, poll=0.01)
-    assert result["took_over"]["owner"] == "gone"
-    assert lock.read_holder(path)["owner"] == "new"
 
 
 # ---- GPU state: held memory, compute mode, MIG ---------------------------------------------------
