@@ -30,7 +30,7 @@ export PYTHONUNBUFFERED := 1
 
 # bubblewrap: the coding-eval sandbox; gnupg, dpkg-dev: tests/install/aptrepo
 # builds and signs a local apt repository.
-APT_PACKAGES := podman runc debootstrap patch bubblewrap gnupg dpkg-dev
+APT_PACKAGES := podman runc debootstrap patch bubblewrap gnupg dpkg-dev openssh-client
 
 .PHONY: help demo test setup system-packages venv cpu-venv image testhost wheelhouse deploy sweep tune \
         lint manifest manifest-check locks unit host-checks molecule service-checks service-checks-run \
@@ -68,7 +68,7 @@ image: system-packages
 	testhost/build-image.sh
 
 testhost: image
-	testhost/up.sh sglang-testhost
+	TESTHOST_SSH_PORT=31022 testhost/up.sh sglang-testhost
 
 wheelhouse: venv
 	scripts/build-wheelhouse.sh $(WHEELHOUSE)

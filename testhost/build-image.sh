@@ -56,18 +56,24 @@ script=/usr/share/debootstrap/scripts/gutsy
 [[ -f /usr/share/debootstrap/scripts/$suite ]] && script=/usr/share/debootstrap/scripts/$suite
 
 echo "build-image: debootstrap $suite from $mirror"
-# Packages: systemd as PID 1, python3 (3.12) for Ansible modules, curl for probing,
+# Packages: systemd as PID 1, openssh-server (Ansible reaches the test host over
+# SSH as it reaches a real one; testhost/up.sh enables it on a loopback port),
+# python3 (3.12) for Ansible modules, curl for probing,
 # patch for the patch role, procps/iproute2 for ss/pgrep, kmod/udev as on a real
 # host. No compiler, no Python headers, no python3-venv: like a bare Ubuntu 24.04
 # server; the roles install them (cuda_toolkit: build-essential, python3-venv;
 # python_env: python3.12-dev, python3.12-venv).
 debootstrap --variant=minbase --keyring="$work/keyring/usr/share/keyrings/ubuntu-archive-keyring.gpg" \
     --components=main,universe \
-    --include=systemd,systemd-sysv,dbus,udev,kmod,python3,sudo,patch,procps,iproute2,curl,ca-certificates \
+    --include=systemd,systemd-sysv,dbus,udev,kmod,openssh-server,python3,sudo,patch,procps,iproute2,curl,ca-certificates \
     "$suite" "$rootfs" "$mirror" "$script" >"$work/debootstrap.log" 2>&1 \
     || { tail -30 "$work/debootstrap.log" >&2; echo "build-image: debootstrap failed" >&2; exit 1; }
 # apt inside the container: the same release pocket, nothing else.
 echo "deb $mirror $suite main universe" > "$rootfs/etc/apt/sources.list"
+# sshd stays off until testhost/up.sh configures it: with the host network a
+# container's sshd on 0.0.0.0:22 would be reachable from outside this machine.
+chroot "$rootfs" systemctl disable ssh.socket ssh.service >/dev/null 2>&1 || true
+rm -f "$rootfs"/etc/ssh/ssh_host_*  # generated per container by testhost/up.sh
 # A fixed (empty) machine-id: systemd generates one at boot; the image stays reproducible.
 : > "$rootfs/etc/machine-id"
 rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*

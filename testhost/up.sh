@@ -4,6 +4,8 @@
 #
 # Usage: testhost/up.sh [NAME]        (default NAME: sglang-testhost)
 # Env:   TESTHOST_IMAGE (default in testhost/common.sh)
+#        TESTHOST_SSH_PORT  sshd on 127.0.0.1:PORT, user deploy with sudo (the
+#                           connection inventory/local and molecule use)
 #        TESTHOST_BOOT_TIMEOUT seconds (default 120)
 # The container shares the machine's network (--network host): services in it
 # listen on this machine's loopback, so pick ports nothing else uses.
@@ -85,6 +87,49 @@ install_gpu_stand_ins() {
     echo "up: $name has the GPU stand-ins (8 GPUs, nvidia-uvm major $uvm_major)"
 }
 
+# SSH, as Ansible reaches a real host: sshd on 127.0.0.1:$TESTHOST_SSH_PORT only
+# (the container shares this machine's network), user "deploy" with the
+# controller's key and password-less sudo (plays become root through sudo).
+# The key pair and known_hosts live in ~/.ssh/sglang-testhost/ (the same path
+# from any inventory copy or working directory); the host keys are generated per
+# container and pinned in known_hosts, so host key checking stays on.
+ssh_dir="${TESTHOST_SSH_DIR:-$HOME/.ssh/sglang-testhost}"
+enable_ssh() {
+    local port=$1
+    mkdir -p "$ssh_dir" && chmod 0700 "$ssh_dir" "$(dirname "$ssh_dir")"
+    [[ -f "$ssh_dir/id_ed25519" ]] || ssh-keygen -q -t ed25519 -N '' -C sglang-testhost -f "$ssh_dir/id_ed25519"
+    podman exec -i "$name" sh -euc '
+        port=$1
+        id deploy >/dev/null 2>&1 || useradd --create-home --shell /bin/bash deploy
+        install -d -m 0700 -o deploy -g deploy /home/deploy/.ssh
+        cat > /home/deploy/.ssh/authorized_keys
+        chown deploy:deploy /home/deploy/.ssh/authorized_keys && chmod 0600 /home/deploy/.ssh/authorized_keys
+        echo "deploy ALL=(ALL) NOPASSWD:ALL" > /etc/sudoers.d/deploy && chmod 0440 /etc/sudoers.d/deploy
+        printf "Port %s\nListenAddress 127.0.0.1\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin no\nAllowUsers deploy\n" "$port" \
+            > /etc/ssh/sshd_config.d/10-testhost.conf
+        [ -f /etc/ssh/ssh_host_ed25519_key ] || ssh-keygen -A >/dev/null
+        systemctl enable --now ssh.service >/dev/null 2>&1
+        systemctl restart ssh.service
+    ' sh "$port" < "$ssh_dir/id_ed25519.pub"
+    local hostkey
+    hostkey=$(podman exec "$name" cat /etc/ssh/ssh_host_ed25519_key.pub | cut -d' ' -f1-2)
+    touch "$ssh_dir/known_hosts"
+    grep -v "^\[127.0.0.1\]:$port " "$ssh_dir/known_hosts" > "$ssh_dir/known_hosts.new" || true
+    echo "[127.0.0.1]:$port $hostkey" >> "$ssh_dir/known_hosts.new"
+    mv "$ssh_dir/known_hosts.new" "$ssh_dir/known_hosts"
+    local t=$SECONDS
+    until ssh -q -o BatchMode=yes -o UserKnownHostsFile="$ssh_dir/known_hosts" -o StrictHostKeyChecking=yes \
+            -i "$ssh_dir/id_ed25519" -p "$port" deploy@127.0.0.1 sudo -n true 2>/dev/null; do
+        if (( SECONDS - t > 30 )); then
+            echo "up: $name does not answer SSH on 127.0.0.1:$port as deploy with sudo" >&2
+            podman exec "$name" journalctl -u ssh.service --no-pager -n 20 >&2 || true
+            return 1
+        fi
+        sleep 0.5
+    done
+    echo "up: $name answers SSH on 127.0.0.1:$port (user deploy, sudo)"
+}
+
 # Wait for systemd to finish booting: running, or degraded (some unit failed,
 # which the test host tolerates). Anything else after the timeout is an error.
 start=$SECONDS
@@ -95,6 +140,7 @@ while (( SECONDS - start < timeout )); do
         running|degraded)
             echo "up: $name systemd is $state after $((SECONDS - start)) s"
             install_gpu_stand_ins
+            if [[ -n "${TESTHOST_SSH_PORT:-}" ]]; then enable_ssh "$TESTHOST_SSH_PORT" || exit 1; fi
             exit 0 ;;
     esac
     sleep 0.5

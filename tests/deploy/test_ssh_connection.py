@@ -1,0 +1,55 @@
+"""The test host is reached the way a GPU host is: SSH as an unprivileged user, become
+root through sudo, pipelining and a persistent control connection."""
+
+from __future__ import annotations
+
+import configparser
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT, wants_testhost
+
+HOSTVARS = yaml.safe_load((ROOT / "inventory/local/hosts.yml").read_text())["all"]["children"]["sglang_servers"][
+    "hosts"
+]["sglang-testhost"]
+
+
+def test_inventory_local_uses_ssh_with_sudo_pipelining_and_control_persist():
+    assert HOSTVARS["ansible_connection"] == "ssh"
+    assert HOSTVARS["ansible_user"] not in ("root", None)
+    assert "ControlPersist=" in HOSTVARS["ansible_ssh_common_args"]
+    assert "StrictHostKeyChecking=yes" in HOSTVARS["ansible_ssh_common_args"]
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "ansible.cfg")
+    assert cfg.getboolean("ssh_connection", "pipelining")
+    assert cfg.get("privilege_escalation", "become_method") == "sudo"
+    molecule = yaml.safe_load((ROOT / "molecule/default/host_vars/sglang-molecule.yml").read_text())
+    assert molecule["ansible_connection"] == "ssh" and molecule["ansible_user"] == HOSTVARS["ansible_user"]
+
+
+@pytest.mark.testhost
+@pytest.mark.skipif(not wants_testhost(), reason="set SGLANG_TESTHOST=1 (the deployed test host)")
+def test_the_test_host_answers_over_ssh_and_becomes_root_through_sudo():
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_STDOUT_CALLBACK": "json",
+           "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1"}  # fmt: skip
+    ansible = str(Path(sys.executable).parent / "ansible")
+    res = subprocess.run(
+        [ansible, "-i", "inventory/local", "sglang-testhost", "-b", "-m", "ansible.builtin.command",
+         "-a", "id -un", "-e", "ansible_python_interpreter=/usr/bin/python3"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    out = json.loads(res.stdout)
+    result = out["plays"][0]["tasks"][0]["hosts"]["sglang-testhost"]
+    assert result["stdout"] == "root"
+    # the same without become: the connection's own user, not root
+    res = subprocess.run(
+        [ansible, "-i", "inventory/local", "sglang-testhost", "-m", "ansible.builtin.command", "-a", "id -un"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert json.loads(res.stdout)["plays"][0]["tasks"][0]["hosts"]["sglang-testhost"]["stdout"] == "deploy"
