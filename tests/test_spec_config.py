@@ -71,10 +71,10 @@ def test_engine_flags_for_each_algorithm() -> None:
     assert to_engine_flags(tree, drafter_path="/m/d") == [
         "--speculative-algorithm", "DDTREE",
         "--speculative-draft-model-path", "/m/d",
-        "--speculative-dflash-block-size", "8",
         "--speculative-ddtree-budget", "8",
         "--speculative-ddtree-topk-cap", "4",
         "--speculative-draft-window-size", "2048",
+        "--speculative-dflash-block-size", "8",
     ]  # fmt: skip
     chain = validate({"algorithm": "dflash", "block_size": 16})
     assert to_engine_flags(chain, drafter_path=None) == [
