@@ -16,7 +16,9 @@ PY := $(BIN)/python
 CPU_VENV := $(ROOT)/.venv-sglang-cpu
 WHEELHOUSE := $(ROOT)/.whl
 RESULTS := $(ROOT)/results
-RUN_ID ?= demo-$(shell date -u +%Y%m%dT%H%M%SZ)
+ifndef RUN_ID
+RUN_ID := demo-$(shell date -u +%Y%m%dT%H%M%SZ)
+endif
 # The demo compresses the simulated engine's time x10 (reported in every figure).
 SWEEP_ARGS ?= -e sglang_service_sim_speed=10 --repeats 2 --max-tokens 256
 # The tuner on the test host: one objective, a small restart budget, compressed time.
@@ -33,7 +35,7 @@ export PYTHONUNBUFFERED := 1
 APT_PACKAGES := podman runc debootstrap patch bubblewrap gnupg dpkg-dev openssh-client
 
 .PHONY: help demo test setup system-packages venv cpu-venv image testhost wheelhouse deploy sweep tune \
-        lint manifest manifest-check locks unit host-checks molecule service-checks service-checks-run \
+        lint manifest manifest-check locks unit host-checks molecule service-checks service-checks-run deploy-run \
         e2e e2e-run e2e-tune clean-testhost
 
 help:
@@ -73,8 +75,26 @@ testhost: image
 wheelhouse: venv
 	scripts/build-wheelhouse.sh $(WHEELHOUSE)
 
+# $(call timed_stages,STAGES,FILE,NAME): make each stage in order, timing it; stop at
+# the first failure; print every stage's time at the end and keep them in results/FILE.
+define timed_stages
+	@mkdir -p $(RESULTS); times=$(RESULTS)/$(2); : > $$times; all=$$(date +%s); \
+	for stage in $(1); do \
+	  t=$$(date +%s); \
+	  if ! $(MAKE) --no-print-directory $$stage RUN_ID=$(RUN_ID); then \
+	    echo "$(3): stage $$stage FAILED after $$(( $$(date +%s) - t )) s" >> $$times; cat $$times; exit 1; \
+	  fi; \
+	  echo "$(3): stage $$stage took $$(( $$(date +%s) - t )) s" | tee -a $$times; \
+	done; \
+	echo "$(3): all $(words $(1)) stages took $$(( $$(date +%s) - all )) s" >> $$times; \
+	echo "---- $(3): stage times ----"; cat $$times
+endef
+
 ## ---- main job: deploy + sweep on the local test host ---------------------
 deploy: setup testhost wheelhouse
+	$(MAKE) --no-print-directory deploy-run
+
+deploy-run: venv
 	$(BIN)/ansible-playbook -i inventory/local site.yml
 
 sweep: venv
@@ -83,8 +103,11 @@ sweep: venv
 tune: venv
 	$(PY) -m repro_py.tune inventory/local --results $(RESULTS) --run-id tune-$(RUN_ID) $(TUNE_ARGS)
 
-demo: deploy
-	$(MAKE) --no-print-directory sweep RUN_ID=$(RUN_ID)
+# The demo's stages, each timed; the times are printed at the end (and kept in
+# results/demo-stage-times.txt).
+DEMO_STAGES := setup image testhost wheelhouse deploy-run sweep
+demo:
+	$(call timed_stages,$(DEMO_STAGES),demo-stage-times.txt,make demo)
 	@echo "demo: report in $(RESULTS)/$(RUN_ID)/summary.md"
 	cd $(RESULTS)/$(RUN_ID) && sha256sum -c --quiet MANIFEST.sha256 && echo "demo: MANIFEST.sha256 verified by sha256sum -c"
 
@@ -148,15 +171,7 @@ e2e-run: venv
 # Every stage in order, each timed; the times go to results/stage-times.txt.
 TEST_STAGES := setup lint manifest-check locks unit host-checks molecule deploy service-checks-run e2e-run
 test:
-	@mkdir -p $(RESULTS); times=$(RESULTS)/stage-times.txt; : > $$times; all=$$(date +%s); \
-	for stage in $(TEST_STAGES); do \
-	  t=$$(date +%s); \
-	  if ! $(MAKE) --no-print-directory $$stage; then \
-	    echo "make test: stage $$stage FAILED after $$(( $$(date +%s) - t )) s" | tee -a $$times; exit 1; \
-	  fi; \
-	  echo "make test: stage $$stage took $$(( $$(date +%s) - t )) s" | tee -a $$times; \
-	done; \
-	echo "make test: all $(words $(TEST_STAGES)) stages took $$(( $$(date +%s) - all )) s" | tee -a $$times
+	$(call timed_stages,$(TEST_STAGES),stage-times.txt,make test)
 
 clean-testhost:
 	testhost/down.sh sglang-testhost || true

@@ -115,3 +115,38 @@ def test_the_sweep_reserves_the_long_names():
     with pytest.raises(PlanError, match="sim_fault"):
         parse_extra_vars(["sglang_service_sim_faults=[crash-on-load]"])
     assert parse_extra_vars(["sglang_service_sim_speed=10"]) == {"sglang_service_sim_speed": 10}
+
+
+def test_a_playbook_resolves_the_inputs_once_per_host(run_playbook, tmp_path):
+    """site.yml and reconfigure.yml validate in validate_inventory.yml; the role's own resolve step
+    then skips (it still runs for a play that uses the role without that playbook)."""
+    out = tmp_path / "resolved.json"
+    play = tmp_path / "twice.yml"
+    play.write_text(
+        "- name: Validate inputs\n"
+        f"  ansible.builtin.import_playbook: {ROOT}/playbooks/validate_inventory.yml\n"
+        "- name: The role's resolve step again\n"
+        "  hosts: all\n"
+        "  gather_facts: false\n"
+        "  tasks:\n"
+        "    - name: Resolve as tasks/main.yml does\n"
+        "      ansible.builtin.include_role:\n"
+        "        name: sglang_service\n"
+        "        tasks_from: resolve.yml\n"
+        "      when: not (_sglang_service_resolved | default(false))\n"
+        "    - name: Record\n"
+        "      ansible.builtin.copy:\n"
+        "        content: \"{{ {'resolved': _sglang_service_resolved} | to_json }}\"\n"
+        f"        dest: {out}\n"
+        "        mode: '0644'\n"
+        "      delegate_to: localhost\n"
+        "      vars:\n"
+        "        ansible_connection: local\n"
+        "        ansible_python_interpreter: '{{ ansible_playbook_python }}'\n"
+    )
+    res = run_playbook("-i", "inventory/ct200", str(play), "-e", "sglang_service_api_key=k-1234567890")
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert res.stdout.count("Validate the service inputs and the speculative settings") == 1
+    assert json.loads(out.read_text())["resolved"] is True
+    main = (ROOT / "roles/sglang_service/tasks/main.yml").read_text()
+    assert "when: not (_sglang_service_resolved | default(false))" in main
