@@ -78,16 +78,29 @@ PLAY = """
 - hosts: all
   gather_facts: false
   tasks:
+    - name: Build the report
+      ansible.builtin.set_fact:
+        report:
+          status: "{{ 'failed' if (sim_fault | default('')) == 'crash-on-load' else 'ready' }}"
+          changed: true
+          time_to_ready_s: 1.5
+          invocation_id: inv-1
+          main_pid: 42
+          server_info_echo: {budget: "{{ budget | default(none) }}", window: "{{ window | default(none) }}"}
+          failure: >-
+            {{ {'reason': 'the engine exited during startup', 'journal': ['j1', 'j2']}
+               if (sim_fault | default('')) == 'crash-on-load' else none }}
+          unit_sha256: "{{ 'f' * 64 }}"
+    - name: Publish the report as play stats (as the role does)
+      ansible.builtin.set_stats:
+        data:
+          sglang_service_reports: "{{ {inventory_hostname: report | combine({'invocation_id': 'inv-stats'})} }}"
+        per_host: false
+        aggregate: true
     - name: Write the report
       ansible.builtin.copy:
         dest: "{{ sglang_service_report_path }}"
-        content: >-
-          {{ {'status': 'failed' if (sim_fault | default('')) == 'crash-on-load' else 'ready',
-              'changed': true, 'time_to_ready_s': 1.5, 'invocation_id': 'inv-1', 'main_pid': 42,
-              'server_info_echo': {'budget': budget | default(none), 'window': window | default(none)},
-              'failure': ({'reason': 'the engine exited during startup', 'journal': ['j1', 'j2']}
-                          if (sim_fault | default('')) == 'crash-on-load' else none),
-              'unit_sha256': 'f' * 64} | to_json }}
+        content: "{{ report | to_json }}"
     - name: Wait until the new invocation is ready
       ansible.builtin.fail:
         msg: "sglang-k26-ddtree: the engine exited during startup (exit code 1)"
@@ -124,7 +137,7 @@ def test_ansible_runner_call_with_extravars_events_and_report(
 
     out = rec.reconfigure(bad_cfg, run / bad_cfg.label, threading.Event())
     assert out.server_info_echo == {"budget": 8, "window": "none"}  # extra vars arrive typed
-    assert out.invocation_id == "inv-1"
+    assert out.invocation_id == "inv-stats"  # the report read is the one in the play's stats
     artifacts = run / bad_cfg.label / "artifacts"
     assert list(artifacts.glob("*/job_events/*.json")), "runner events are kept"
     assert out.artifacts is not None and out.artifacts.startswith("runner/")
@@ -220,3 +233,65 @@ def test_a_grid_entrys_extra_vars_go_to_its_own_play_only(
     assert rec.reconfigure(plain, tmp_path / "b", threading.Event()).ok
     assert seen[0]["sglang_service_ready_timeout"] == 2400  # the entry's own value beats --extra-var
     assert seen[1]["sglang_service_ready_timeout"] == 900
+
+
+def _stats_event(host: str, report: dict[str, object]) -> dict[str, object]:
+    """A ``playbook_on_stats`` event as ansible-runner writes it (set_stats data in ``artifact_data``)."""
+    return {
+        "event": "playbook_on_stats",
+        "counter": 9,
+        "event_data": {"ok": {host: 3}, "failures": {}, "artifact_data": {"sglang_service_reports": {host: report}}},
+    }
+
+
+def test_the_report_comes_from_the_play_stats_before_the_side_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_bundle: tuple[Path, planmod.Target]
+) -> None:
+    stats_report = {"status": "ready", "changed": True, "time_to_ready_s": 2.5, "invocation_id": "from-stats",
+                    "main_pid": 11, "server_info_echo": {"budget": 8}, "failure": None}  # fmt: skip
+
+    class Result:
+        status, rc = "successful", 0
+
+        def __init__(self, private: str) -> None:
+            self.config = type("C", (), {"artifact_dir": str(Path(private) / "artifacts" / "x")})()
+
+    def fake_run(**kwargs: object) -> Result:
+        result = Result(str(kwargs["private_data_dir"]))
+        events = Path(result.config.artifact_dir) / "job_events"
+        events.mkdir(parents=True)
+        (events / "9-stats.json").write_text(json.dumps(_stats_event("testhost", stats_report)), encoding="utf-8")
+        extravars = kwargs["extravars"]
+        assert isinstance(extravars, dict)
+        side = {"status": "failed", "invocation_id": "from-file", "failure": {"reason": "stale"}}
+        Path(str(extravars["sglang_service_report_path"])).write_text(json.dumps(side), encoding="utf-8")
+        return result
+
+    monkeypatch.setattr(ansible_runner, "run", fake_run)
+    bundle, target = fake_bundle
+    cfg = planmod.validate_config({"budget": 8, "topk": 4}, simulated=True)
+    out = AnsibleReconfigurer(bundle, target).reconfigure(cfg, tmp_path / "a", threading.Event())
+    assert out.ok and out.invocation_id == "from-stats" and out.time_to_ready_s == 2.5
+
+
+def test_the_side_file_serves_when_the_play_has_no_stats(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_bundle: tuple[Path, planmod.Target]
+) -> None:
+    class Result:
+        status, rc = "canceled", 254
+
+        def __init__(self, private: str) -> None:
+            self.config = type("C", (), {"artifact_dir": str(Path(private) / "artifacts" / "x")})()
+
+    def fake_run(**kwargs: object) -> Result:
+        extravars = kwargs["extravars"]
+        assert isinstance(extravars, dict)
+        side = {"status": "ready", "invocation_id": "from-file", "failure": None}
+        Path(str(extravars["sglang_service_report_path"])).write_text(json.dumps(side), encoding="utf-8")
+        return Result(str(kwargs["private_data_dir"]))
+
+    monkeypatch.setattr(ansible_runner, "run", fake_run)
+    bundle, target = fake_bundle
+    cfg = planmod.validate_config({"budget": 8, "topk": 4}, simulated=True)
+    out = AnsibleReconfigurer(bundle, target).reconfigure(cfg, tmp_path / "a", threading.Event())
+    assert out.status == "canceled" and out.invocation_id == "from-file"
