@@ -27,7 +27,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from repro_py.sweep.plan import PlannedConfig, Target
+from repro_py.sweep.grid import PlannedConfig
+from repro_py.sweep.inventory import Target
 
 #: Failure classes a reconfigure can end in (the runner adds the other two).
 INVALID_CONFIG = "invalid_config"

@@ -47,8 +47,10 @@ from rich.text import Text
 
 from repro_py.atomicio import write_json_atomic
 from repro_py.sweep import fingerprint, hostcode, state
+from repro_py.sweep.estimate import format_duration
+from repro_py.sweep.grid import PlannedConfig
 from repro_py.sweep.measure import Measure
-from repro_py.sweep.plan import Plan, PlannedConfig, format_duration
+from repro_py.sweep.plan import Plan
 from repro_py.sweep.reconfigure import FAILED_TO_START, ReconfigureOutcome, Reconfigurer
 
 INVALID_CONFIG = "invalid_config"

@@ -11,7 +11,8 @@ import ansible_runner
 import pytest
 
 from repro_py.endpoint import Endpoint
-from repro_py.sweep import plan as planmod
+from repro_py.sweep.grid import validate_config
+from repro_py.sweep.inventory import Target
 from repro_py.sweep.reconfigure import AnsibleReconfigurer, failed_task_messages, outcome_from_run
 
 
@@ -109,7 +110,7 @@ PLAY = """
 
 
 @pytest.fixture
-def fake_bundle(tmp_path: Path) -> tuple[Path, planmod.Target]:
+def fake_bundle(tmp_path: Path) -> tuple[Path, Target]:
     bundle = tmp_path / "bundle"
     (bundle / "playbooks").mkdir(parents=True)
     (bundle / "playbooks" / "reconfigure.yml").write_text(PLAY, encoding="utf-8")
@@ -117,7 +118,7 @@ def fake_bundle(tmp_path: Path) -> tuple[Path, planmod.Target]:
     inventory.write_text(
         f"testhost ansible_connection=local ansible_python_interpreter={sys.executable}\n", encoding="utf-8"
     )
-    target = planmod.Target(
+    target = Target(
         inventory=inventory, host="testhost", hostvars={}, endpoint=Endpoint("http://127.0.0.1:1"),
         engine_kind="simulated",
     )  # fmt: skip
@@ -125,12 +126,12 @@ def fake_bundle(tmp_path: Path) -> tuple[Path, planmod.Target]:
 
 
 def test_ansible_runner_call_with_extravars_events_and_report(
-    tmp_path: Path, fake_bundle: tuple[Path, planmod.Target]
+    tmp_path: Path, fake_bundle: tuple[Path, Target]
 ) -> None:
     """One real run (ansible-playbook is slow to start; the ok path is covered by outcome_from_run)."""
     bundle, target = fake_bundle
     rec = AnsibleReconfigurer(bundle, target)
-    bad_cfg = planmod.validate_config(
+    bad_cfg = validate_config(
         {"budget": 8, "topk": 4, "window": "none", "sim_fault": "crash-on-load"}, simulated=True
     )
     run = tmp_path / "results" / "r1" / "runner"
@@ -176,7 +177,7 @@ def test_a_problem_list_message_keeps_its_items() -> None:
 
 
 def test_extra_vars_go_to_every_play_but_the_restore(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_bundle: tuple[Path, planmod.Target]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_bundle: tuple[Path, Target]
 ) -> None:
     seen: list[dict[str, object]] = []
 
@@ -196,7 +197,7 @@ def test_extra_vars_go_to_every_play_but_the_restore(
     monkeypatch.setattr(ansible_runner, "run", fake_run)
     bundle, target = fake_bundle
     rec = AnsibleReconfigurer(bundle, target, extra_vars={"sglang_service_sim_speed": 10, "budget": 99})
-    cfg = planmod.validate_config({"budget": 8, "topk": 4}, simulated=True)
+    cfg = validate_config({"budget": 8, "topk": 4}, simulated=True)
     assert rec.reconfigure(cfg, tmp_path / "a", threading.Event()).ok
     assert rec.reconfigure(cfg, tmp_path / "b", threading.Event(), restore=True).ok
     assert seen[0]["sglang_service_sim_speed"] == 10 and seen[0]["budget"] == 8  # the config's keys win
@@ -204,7 +205,7 @@ def test_extra_vars_go_to_every_play_but_the_restore(
 
 
 def test_a_grid_entrys_extra_vars_go_to_its_own_play_only(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_bundle: tuple[Path, planmod.Target]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_bundle: tuple[Path, Target]
 ) -> None:
     seen: list[dict[str, object]] = []
 
@@ -224,11 +225,11 @@ def test_a_grid_entrys_extra_vars_go_to_its_own_play_only(
     monkeypatch.setattr(ansible_runner, "run", fake_run)
     bundle, target = fake_bundle
     rec = AnsibleReconfigurer(bundle, target, extra_vars={"sglang_service_ready_timeout": 900})
-    slow = planmod.validate_config(
+    slow = validate_config(
         {"budget": 8, "topk": 4, "extra_vars": {"sglang_service_ready_timeout": 2400}}, simulated=True
     )
-    plain = planmod.validate_config({"budget": 16, "topk": 4}, simulated=True)
-    assert slow.label == planmod.validate_config({"budget": 8, "topk": 4}, simulated=True).label
+    plain = validate_config({"budget": 16, "topk": 4}, simulated=True)
+    assert slow.label == validate_config({"budget": 8, "topk": 4}, simulated=True).label
     assert rec.reconfigure(slow, tmp_path / "a", threading.Event()).ok
     assert rec.reconfigure(plain, tmp_path / "b", threading.Event()).ok
     assert seen[0]["sglang_service_ready_timeout"] == 2400  # the entry's own value beats --extra-var
@@ -245,7 +246,7 @@ def _stats_event(host: str, report: dict[str, object]) -> dict[str, object]:
 
 
 def test_the_report_comes_from_the_play_stats_before_the_side_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_bundle: tuple[Path, planmod.Target]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_bundle: tuple[Path, Target]
 ) -> None:
     stats_report = {"status": "ready", "changed": True, "time_to_ready_s": 2.5, "invocation_id": "from-stats",
                     "main_pid": 11, "server_info_echo": {"budget": 8}, "failure": None}  # fmt: skip
@@ -269,13 +270,13 @@ def test_the_report_comes_from_the_play_stats_before_the_side_file(
 
     monkeypatch.setattr(ansible_runner, "run", fake_run)
     bundle, target = fake_bundle
-    cfg = planmod.validate_config({"budget": 8, "topk": 4}, simulated=True)
+    cfg = validate_config({"budget": 8, "topk": 4}, simulated=True)
     out = AnsibleReconfigurer(bundle, target).reconfigure(cfg, tmp_path / "a", threading.Event())
     assert out.ok and out.invocation_id == "from-stats" and out.time_to_ready_s == 2.5
 
 
 def test_the_side_file_serves_when_the_play_has_no_stats(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_bundle: tuple[Path, planmod.Target]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_bundle: tuple[Path, Target]
 ) -> None:
     class Result:
         status, rc = "canceled", 254
@@ -292,6 +293,6 @@ def test_the_side_file_serves_when_the_play_has_no_stats(
 
     monkeypatch.setattr(ansible_runner, "run", fake_run)
     bundle, target = fake_bundle
-    cfg = planmod.validate_config({"budget": 8, "topk": 4}, simulated=True)
+    cfg = validate_config({"budget": 8, "topk": 4}, simulated=True)
     out = AnsibleReconfigurer(bundle, target).reconfigure(cfg, tmp_path / "a", threading.Event())
     assert out.status == "canceled" and out.invocation_id == "from-file"
