@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -10,6 +9,7 @@ from pathlib import Path
 from repro_py.sweep.benchplan import BenchPlan
 from repro_py.sweep.grid import PlannedConfig
 from repro_py.sweep.inventory import Target
+from repro_py.sweep.result_schema import ResultError, load_result
 
 #: Fallback estimates when neither the inventory nor earlier runs say better.
 DEFAULT_LOAD_S = {"real": 420.0, "simulated": 20.0}  # simulated: mostly the play's own overhead
@@ -32,21 +32,19 @@ def history(results_root: Path, host: str) -> tuple[float | None, float | None, 
         return None, None, None, 0
     for path in results_root.glob("*/configs/*.json"):
         try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            doc = load_result(path)
+        except ResultError:  # an unreadable earlier result only narrows the history
             continue
-        if not isinstance(doc, dict) or doc.get("fingerprint", {}).get("host") != host or doc.get("status") != "ok":
+        if doc["fingerprint"].get("host") != host or doc["status"] != "ok":
             continue
         count += 1
         timing = doc.get("timing") or {}
-        recon = doc.get("reconfigure") or {}
         if isinstance(timing.get("reconfigure_s"), int | float):
             restarts.append(float(timing["reconfigure_s"]))
-        elif isinstance(recon.get("time_to_ready_s"), int | float):
-            restarts.append(float(recon["time_to_ready_s"]))
-        bench = doc.get("bench") or {}
-        cells = bench.get("cells") or []
-        settings = bench.get("settings") or {}
+        elif isinstance(doc["reconfigure"].get("time_to_ready_s"), int | float):
+            restarts.append(float(doc["reconfigure"]["time_to_ready_s"]))
+        cells = doc["bench"].get("cells") or []
+        settings = doc["bench"].get("settings") or {}
         work = float(settings.get("repeats") or 1) * float(settings.get("max_tokens") or 1)
         if cells and isinstance(timing.get("bench_s"), int | float):
             per_cell.append(float(timing["bench_s"]) / len(cells) / max(work, 1.0))

@@ -27,12 +27,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from repro_py.sweep.failures import FAILED_TO_START, INVALID_CONFIG
 from repro_py.sweep.grid import PlannedConfig
 from repro_py.sweep.inventory import Target
 
-#: Failure classes a reconfigure can end in (the runner adds the other two).
-INVALID_CONFIG = "invalid_config"
-FAILED_TO_START = "failed_to_start"
 #: Task actions whose failure means the config itself was refused.
 _VALIDATION_ACTIONS = ("ddtree_validate", "validate_argument_spec", "validate_spec", "spec_config")
 _JOURNAL_LINES = 40

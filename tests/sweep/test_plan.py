@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -11,6 +12,7 @@ from repro_py.sweep.errors import PlanError
 from repro_py.sweep.estimate import estimate, estimate_basis, format_duration
 from repro_py.sweep.grid import expand_grid, grid_from_target, load_grid_file, validate_config
 from repro_py.sweep.inventory import load_target
+from repro_py.sweep.result_schema import new_result
 from tests.sweep.conftest import make_plan, make_target
 
 
@@ -125,6 +127,16 @@ def test_invalid_default_config_is_refused(tmp_path: Path) -> None:
         make_plan([{"budget": 8, "topk": 4}], tmp_path=tmp_path, default={"budget": 8, "topk": 40})
 
 
+def _earlier_result(**blocks: dict[str, Any]) -> dict[str, Any]:
+    """A result of an earlier run on testhost, with the given blocks."""
+    doc: dict[str, Any] = dict(
+        new_result(run_id="old", label="x", config={}, extra_vars={}, engine_kind="simulated",
+                   bench_settings={}, started_at="2026-11-29T09:00:00+00:00")
+    )  # fmt: skip
+    doc.update(blocks, fingerprint={"host": "testhost"}, finished_at="2026-11-29T09:01:00+00:00", wall_s=60.0)
+    return doc
+
+
 def test_estimate_from_inventory_and_history(tmp_path: Path) -> None:
     bench = BenchPlan(contexts=(60,), concurrency=(1, 8), repeats=1, max_tokens=16)
     target = make_target(hostvars={"sweep_load_time_s": 400, "sweep_cell_time_s": 30, "sweep_gates_time_s": 60})
@@ -133,13 +145,11 @@ def test_estimate_from_inventory_and_history(tmp_path: Path) -> None:
     assert est["per_config_s"] == 400 + 2 * 30 + 60
     assert est["total_s"] == est["per_config_s"] + 400  # plus the restore
     # history: earlier runs on the same host give the load time
-    doc = {
-        "status": "ok",
-        "fingerprint": {"host": "testhost"},
-        "reconfigure": {"time_to_ready_s": 123.0},
-        "bench": {"cells": [{}, {}], "settings": {"repeats": 1, "max_tokens": 16}},
-        "timing": {"bench_s": 50.0, "gates_s": 30.0},
-    }
+    doc = _earlier_result(
+        reconfigure={"time_to_ready_s": 123.0},
+        bench={"cells": [{}, {}], "settings": {"repeats": 1, "max_tokens": 16}},
+        timing={"bench_s": 50.0, "gates_s": 30.0},
+    )
     path = tmp_path / "old-run" / "configs" / "x.json"
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(doc), encoding="utf-8")
@@ -188,17 +198,18 @@ def test_estimate_says_when_it_has_no_measured_history(tmp_path: Path) -> None:
     cfgs = [validate_config({"budget": 8, "topk": 4}, simulated=True)]
     fresh = estimate(make_target(), cfgs, bench, tmp_path)
     assert estimate_basis(fresh) == "no measured history: estimate from defaults"
-    doc = {
-        "status": "ok",
-        "fingerprint": {"host": "testhost"},
-        "reconfigure": {"time_to_ready_s": 80.0},
-        "bench": {"cells": [{}], "settings": {"repeats": 1, "max_tokens": 16}},
-        "timing": {"reconfigure_s": 95.0, "bench_s": 5.0, "gates_s": 3.0},
-    }
+    doc = _earlier_result(
+        reconfigure={"time_to_ready_s": 80.0},
+        bench={"cells": [{}], "settings": {"repeats": 1, "max_tokens": 16}},
+        timing={"reconfigure_s": 95.0, "bench_s": 5.0, "gates_s": 3.0},
+    )
     for run in ("a", "b"):
         path = tmp_path / run / "configs" / "x.json"
         path.parent.mkdir(parents=True)
         path.write_text(json.dumps(doc), encoding="utf-8")
+    off_schema = {k: v for k, v in doc.items() if k != "bench"}  # refused by load_result: not history
+    (tmp_path / "c" / "configs").mkdir(parents=True)
+    (tmp_path / "c" / "configs" / "x.json").write_text(json.dumps(off_schema), encoding="utf-8")
     measured = estimate(make_target(), cfgs, bench, tmp_path)
     assert measured["load_s_per_config"] == 95.0  # the measured restart, not the default
     assert estimate_basis(measured) == "measured history: 2 config(s) of earlier runs on this host"
