@@ -16,6 +16,7 @@ from repro_py.sweep.benchplan import BenchPlan
 from repro_py.sweep.cli import RUN_ID_RE, default_run_id, local_reconfigurer, parse_extra_vars, print_resume
 from repro_py.sweep.errors import PlanError
 from repro_py.sweep.estimate import format_duration
+from repro_py.sweep.failures import GATE_FAILED
 from repro_py.sweep.fingerprint import controller_fingerprint
 from repro_py.sweep.grid import SIM_FAULT_KEY, PlannedConfig, expand_grid, validate_all, validate_config
 from repro_py.sweep.inventory import Target, load_target
@@ -35,6 +36,7 @@ from repro_py.sweep.state import (
 )
 
 __all__ = [
+    "GATE_FAILED",
     "RUN_ID_RE",
     "SIM_FAULT_KEY",
     "STATE_COMPLETE",

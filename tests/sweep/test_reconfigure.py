@@ -109,6 +109,14 @@ PLAY = """
 """
 
 
+class _RunResult:
+    """What ``ansible_runner.run`` returns, as far as the reconfigurer reads it."""
+
+    def __init__(self, private: str, status: str = "successful", rc: int = 0) -> None:
+        self.status, self.rc = status, rc
+        self.config = type("C", (), {"artifact_dir": str(Path(private) / "artifacts" / "x")})()
+
+
 @pytest.fixture
 def fake_bundle(tmp_path: Path) -> tuple[Path, Target]:
     bundle = tmp_path / "bundle"
@@ -181,18 +189,12 @@ def test_extra_vars_go_to_every_play_but_the_restore(
 ) -> None:
     seen: list[dict[str, object]] = []
 
-    class Result:
-        status, rc = "successful", 0
-
-        def __init__(self, private: str) -> None:
-            self.config = type("C", (), {"artifact_dir": str(Path(private) / "artifacts" / "x")})()
-
-    def fake_run(**kwargs: object) -> Result:
+    def fake_run(**kwargs: object) -> _RunResult:
         extravars = kwargs["extravars"]
         assert isinstance(extravars, dict)
         seen.append(dict(extravars))
         Path(str(extravars["sglang_service_report_path"])).write_text(json.dumps({"status": "ready"}))
-        return Result(str(kwargs["private_data_dir"]))
+        return _RunResult(str(kwargs["private_data_dir"]))
 
     monkeypatch.setattr(ansible_runner, "run", fake_run)
     bundle, target = fake_bundle
@@ -209,18 +211,12 @@ def test_a_grid_entrys_extra_vars_go_to_its_own_play_only(
 ) -> None:
     seen: list[dict[str, object]] = []
 
-    class Result:
-        status, rc = "successful", 0
-
-        def __init__(self, private: str) -> None:
-            self.config = type("C", (), {"artifact_dir": str(Path(private) / "artifacts" / "x")})()
-
-    def fake_run(**kwargs: object) -> Result:
+    def fake_run(**kwargs: object) -> _RunResult:
         extravars = kwargs["extravars"]
         assert isinstance(extravars, dict)
         seen.append(dict(extravars))
         Path(str(extravars["sglang_service_report_path"])).write_text(json.dumps({"status": "ready"}))
-        return Result(str(kwargs["private_data_dir"]))
+        return _RunResult(str(kwargs["private_data_dir"]))
 
     monkeypatch.setattr(ansible_runner, "run", fake_run)
     bundle, target = fake_bundle
@@ -251,14 +247,8 @@ def test_the_report_comes_from_the_play_stats_before_the_side_file(
     stats_report = {"status": "ready", "changed": True, "time_to_ready_s": 2.5, "invocation_id": "from-stats",
                     "main_pid": 11, "server_info_echo": {"budget": 8}, "failure": None}  # fmt: skip
 
-    class Result:
-        status, rc = "successful", 0
-
-        def __init__(self, private: str) -> None:
-            self.config = type("C", (), {"artifact_dir": str(Path(private) / "artifacts" / "x")})()
-
-    def fake_run(**kwargs: object) -> Result:
-        result = Result(str(kwargs["private_data_dir"]))
+    def fake_run(**kwargs: object) -> _RunResult:
+        result = _RunResult(str(kwargs["private_data_dir"]))
         events = Path(result.config.artifact_dir) / "job_events"
         events.mkdir(parents=True)
         (events / "9-stats.json").write_text(json.dumps(_stats_event("testhost", stats_report)), encoding="utf-8")
@@ -278,18 +268,12 @@ def test_the_report_comes_from_the_play_stats_before_the_side_file(
 def test_the_side_file_serves_when_the_play_has_no_stats(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_bundle: tuple[Path, Target]
 ) -> None:
-    class Result:
-        status, rc = "canceled", 254
-
-        def __init__(self, private: str) -> None:
-            self.config = type("C", (), {"artifact_dir": str(Path(private) / "artifacts" / "x")})()
-
-    def fake_run(**kwargs: object) -> Result:
+    def fake_run(**kwargs: object) -> _RunResult:
         extravars = kwargs["extravars"]
         assert isinstance(extravars, dict)
         side = {"status": "ready", "invocation_id": "from-file", "failure": None}
         Path(str(extravars["sglang_service_report_path"])).write_text(json.dumps(side), encoding="utf-8")
-        return Result(str(kwargs["private_data_dir"]))
+        return _RunResult(str(kwargs["private_data_dir"]), status="canceled", rc=254)
 
     monkeypatch.setattr(ansible_runner, "run", fake_run)
     bundle, target = fake_bundle
