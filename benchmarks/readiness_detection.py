@@ -52,7 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from repro_py.simengine.testing import Engine, free_port, start_engine  # noqa: E402
-from repro_py.sweep import plan as planmod  # noqa: E402
+from repro_py.sweep.grid import validate_config  # noqa: E402
 from repro_py.sweep.localproc import LocalProcessReconfigurer  # noqa: E402
 
 MODULE_PATH = ROOT / "roles" / "sglang_service" / "library" / "sglang_wait_ready.py"
@@ -170,8 +170,8 @@ def bench_module(runs: int, health_delay: float, models: Path) -> tuple[list[flo
 def bench_local_probe(runs: int) -> tuple[list[float], list[float]]:
     ready: list[float] = []
     failed: list[float] = []
-    ok_cfg = planmod.validate_config({"budget": 8, "topk": 4}, simulated=True)
-    bad_cfg = planmod.validate_config({"budget": 8, "topk": 4, "sim_fault": "crash-on-load"}, simulated=True)
+    ok_cfg = validate_config({"budget": 8, "topk": 4}, simulated=True)
+    bad_cfg = validate_config({"budget": 8, "topk": 4, "sim_fault": "crash-on-load"}, simulated=True)
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(runs):
             rec = LocalProcessReconfigurer(free_port(), load_s=1.0, warmup_s=0.7)

@@ -37,7 +37,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from repro_py.sweep import plan as planmod  # noqa: E402
+from repro_py.sweep.grid import validate_config  # noqa: E402
+from repro_py.sweep.inventory import load_target  # noqa: E402
 from repro_py.sweep.reconfigure import AnsibleReconfigurer  # noqa: E402
 
 GRID: list[dict[str, object]] = [
@@ -72,9 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = p.parse_args(argv)
 
-    target = planmod.load_target(args.inventory)
+    target = load_target(args.inventory)
     reconf = AnsibleReconfigurer(ROOT, target)
-    configs = [planmod.validate_config(raw, simulated=True) for raw in GRID]
+    configs = [validate_config(raw, simulated=True) for raw in GRID]
     rows: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory(prefix="reconfigure-overhead.") as tmp:
         for rnd in range(args.rounds):

@@ -40,10 +40,12 @@ from repro_py.atomicio import write_json_atomic
 from repro_py.endpoint import Endpoint
 from repro_py.report.render import build_report
 from repro_py.simengine.testing import free_port
-from repro_py.sweep import plan as planmod
 from repro_py.sweep import state
+from repro_py.sweep.benchplan import BenchPlan
+from repro_py.sweep.inventory import Target
 from repro_py.sweep.localproc import LocalProcessReconfigurer
 from repro_py.sweep.measure import BundleMeasure
+from repro_py.sweep.plan import make_plan
 from repro_py.sweep.runner import SweepOptions, SweepRunner
 
 GRID: list[dict[str, object]] = [
@@ -102,18 +104,18 @@ def main() -> int:
 
     root = Path(tempfile.mkdtemp(prefix="sweep-overhead-"))
     port = free_port()
-    target = planmod.Target(
+    target = Target(
         inventory=Path("(benchmark)"),
         host="localhost-sim",
         hostvars={"sweep_default_config": DEFAULT},
         endpoint=Endpoint(f"http://127.0.0.1:{port}"),
         engine_kind="simulated",
     )
-    bench = planmod.BenchPlan(
+    bench = BenchPlan(
         contexts=tuple(args.contexts), concurrency=tuple(args.concurrency), repeats=args.repeats,
         max_tokens=args.max_tokens,
     )  # fmt: skip
-    plan = planmod.make_plan(target, GRID, grid_source="benchmark", bench=bench, results_root=root)
+    plan = make_plan(target, GRID, grid_source="benchmark", bench=bench, results_root=root)
     run_dir = state.RunDir(root / "overhead")
     run_dir.path.mkdir(parents=True)
     write_json_atomic(run_dir.plan, plan.as_dict(run_dir.run_id))

@@ -51,10 +51,13 @@ from repro_py.atomicio import write_json_atomic
 from repro_py.endpoint import Endpoint
 from repro_py.simengine.perf_model import ModelConfig, predict
 from repro_py.simengine.testing import free_port
-from repro_py.sweep import plan as planmod
 from repro_py.sweep import state
+from repro_py.sweep.benchplan import BenchPlan
+from repro_py.sweep.grid import PlannedConfig, validate_all
+from repro_py.sweep.inventory import Target
 from repro_py.sweep.localproc import LocalProcessReconfigurer
 from repro_py.sweep.measure import BundleMeasure
+from repro_py.sweep.plan import make_plan
 from repro_py.sweep.runner import SweepOptions, SweepRunner
 from repro_py.tune.ladder import make_ladder
 from repro_py.tune.loop import Budget, TuneLoop
@@ -96,15 +99,15 @@ class SeededLocal(LocalProcessReconfigurer):
         return super().reconfigure(cfg, private_dir, cancel, restore=restore)
 
 
-def modelled(cfg: planmod.PlannedConfig, context: int, concurrency: int, speed: float) -> float:
+def modelled(cfg: PlannedConfig, context: int, concurrency: int, speed: float) -> float:
     s = cfg.spec
     model = ModelConfig(mode=s.algorithm, block_size=s.block_size or 8, budget=s.budget, topk=s.topk, window=s.window)
     return predict(model, concurrency, context).aggregate_tps * speed
 
 
-def hand_picked() -> list[planmod.PlannedConfig]:
+def hand_picked() -> list[PlannedConfig]:
     doc = yaml.safe_load((ROOT / "inventory" / "ct200" / "group_vars" / "all" / "sweep.yml").read_text())
-    return planmod.validate_all(doc["sweep_grid"], simulated=True)
+    return validate_all(doc["sweep_grid"], simulated=True)
 
 
 @dataclasses.dataclass
@@ -117,8 +120,8 @@ class Row:
     wall_s: float
 
 
-def target_for(port: int, default: dict[str, object]) -> planmod.Target:
-    return planmod.Target(
+def target_for(port: int, default: dict[str, object]) -> Target:
+    return Target(
         inventory=Path("(benchmark)"),
         host="localhost-sim",
         hostvars={"sweep_default_config": default, "tune_space": SPACE_IN_USE[0]},
@@ -132,13 +135,13 @@ def run_grid(args: argparse.Namespace, root: Path, objective: Any, default: dict
     target = target_for(port, default)
     space = load_space(target)
     full = make_ladder(full_tokens=args.max_tokens)[-1]
-    bench = planmod.BenchPlan(
+    bench = BenchPlan(
         contexts=(objective.cell.context,),
         concurrency=(objective.cell.concurrency,),
         repeats=full.repeats,
         max_tokens=full.max_tokens,
     )
-    plan = planmod.make_plan(target, list(space.raws), grid_source="benchmark space", bench=bench, results_root=root)
+    plan = make_plan(target, list(space.raws), grid_source="benchmark space", bench=bench, results_root=root)
     run_dir = state.RunDir(root / "grid")
     run_dir.path.mkdir(parents=True)
     write_json_atomic(run_dir.plan, plan.as_dict(run_dir.run_id))
@@ -191,13 +194,13 @@ def run_tuner(
         objectives=(objective,), ladder=ladder, all_objectives=make_objectives(list(OBJECTIVE_NAMES))
     )
     cells = (objective.cell,)
-    bench = planmod.BenchPlan(
+    bench = BenchPlan(
         contexts=(cells[0].context,),
         concurrency=(cells[0].concurrency,),
         repeats=ladder[-1].repeats,
         max_tokens=ladder[-1].max_tokens,
     )
-    plan = planmod.make_plan(target, list(space.raws), grid_source="benchmark space", bench=bench, results_root=root)
+    plan = make_plan(target, list(space.raws), grid_source="benchmark space", bench=bench, results_root=root)
     search = Search(space, settings, NoiseModel(), default=plan.default_config)
     run_dir = state.RunDir(root / f"tune-{seed}")
     run_dir.path.mkdir(parents=True)

@@ -95,6 +95,7 @@ def context(
         "engine_versions": engines,
         "fingerprints": fingerprints,
         "plots": {name: path.relative_to(run.path).as_posix() for name, path in plot_paths.items()},
+        "refused": run.refused,
         "missing": [
             item.get("label")
             for item in plan.get("configs") or []
@@ -130,6 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"report: {run_dir} has neither plan.json nor configs/", file=sys.stderr)
         return ExitCode.USAGE
     paths = build_report(run_dir)
+    for problem in tables.load_run(run_dir).refused:
+        print(f"report: result refused (not counted): {problem}", file=sys.stderr)
     if not args.no_manifest:
         manifest.write(run_dir)
     for name, path in paths.items():

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from repro_py.simmark import SIM_MARK, distinct_speeds, speed_text
+from repro_py.sweep.result_schema import ConfigResult, ResultError, load_result
 
 CSV_COLUMNS: tuple[str, ...] = (
     "engine",
@@ -66,8 +67,10 @@ CSV_COLUMNS: tuple[str, ...] = (
 class Run:
     path: Path
     plan: dict[str, Any]
-    results: list[dict[str, Any]]
+    results: list[ConfigResult]
     state: dict[str, Any]
+    #: result files refused by the schema check, each with the file and the bad key (never counted)
+    refused: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def run_id(self) -> str:
@@ -114,10 +117,16 @@ def _load_json(path: Path) -> dict[str, Any]:
 
 def load_run(path: Path) -> Run:
     plan = _load_json(path / "plan.json")
-    results = [doc for p in sorted((path / "configs").glob("*.json")) if (doc := _load_json(p))]
+    results: list[ConfigResult] = []
+    refused: list[str] = []
+    for result_path in sorted((path / "configs").glob("*.json")):
+        try:
+            results.append(load_result(result_path))
+        except ResultError as exc:
+            refused.append(str(exc))
     order = {item.get("label"): i for i, item in enumerate(plan.get("configs") or []) if isinstance(item, dict)}
-    results.sort(key=lambda r: (order.get(r.get("label"), len(order)), str(r.get("label"))))
-    return Run(path=path, plan=plan, results=results, state=_load_json(path / "state.json"))
+    results.sort(key=lambda r: (order.get(r["label"], len(order)), r["label"]))
+    return Run(path=path, plan=plan, results=results, state=_load_json(path / "state.json"), refused=refused)
 
 
 def sim_speed(result: Mapping[str, Any]) -> float | None:

@@ -33,12 +33,16 @@ from repro_py.exitcodes import ExitCode
 from repro_py.report.render import build_report
 from repro_py.simengine.testing import free_port
 from repro_py.sweep import extravars, state
-from repro_py.sweep import plan as planmod
+from repro_py.sweep.benchplan import BenchPlan
+from repro_py.sweep.errors import PlanError
+from repro_py.sweep.estimate import estimate_basis, format_duration
+from repro_py.sweep.grid import grid_from_target, load_grid_file
+from repro_py.sweep.inventory import Target, load_target
 from repro_py.sweep.lease import TAKEOVER_FLAG, HostLease
 from repro_py.sweep.lease import take as take_lease
 from repro_py.sweep.localproc import LocalProcessReconfigurer
 from repro_py.sweep.measure import BundleMeasure
-from repro_py.sweep.plan import BenchPlan, Plan, PlanError, Target
+from repro_py.sweep.plan import Plan, make_plan
 from repro_py.sweep.reconfigure import AnsibleReconfigurer
 from repro_py.sweep.runner import SweepOptions, SweepRunner
 
@@ -172,12 +176,12 @@ def print_plan(console: Console, plan: Plan, run_id: str) -> None:
         f"{len(b.concurrency)} concurrency {list(b.concurrency)} x {b.repeats} repeats, max_tokens {b.max_tokens}"
     )
     console.print(
-        f"estimated duration: {planmod.format_duration(est['total_s'])} "
-        f"(per config: restart {planmod.format_duration(est['load_s_per_config'])} + {b.cells} cells x "
-        f"{est['bench_s_per_cell']:.0f} s + gates {planmod.format_duration(est['gates_s_per_config'])}; "
+        f"estimated duration: {format_duration(est['total_s'])} "
+        f"(per config: restart {format_duration(est['load_s_per_config'])} + {b.cells} cells x "
+        f"{est['bench_s_per_cell']:.0f} s + gates {format_duration(est['gates_s_per_config'])}; "
         f"plus restoring the default config)"
     )
-    console.print(f"estimate basis: {planmod.estimate_basis(est)}")
+    console.print(f"estimate basis: {estimate_basis(est)}")
     if plan.default_config is not None:
         console.print(f"default config restored at the end: {plan.default_config.label}")
 
@@ -233,7 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if not args.inventory.exists():
             raise PlanError([f"inventory {args.inventory} does not exist"])
-        target = planmod.load_target(args.inventory, limit=args.limit_hosts)
+        target = load_target(args.inventory, limit=args.limit_hosts)
         run_dir: state.RunDir | None = None
         stored: dict[str, Any] | None = None
         if args.run_id is not None and not RUN_ID_RE.match(args.run_id):
@@ -252,7 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if stored.get("host") not in (None, target.host):
                 raise PlanError([f"--resume: run {run_dir.run_id} swept host {stored.get('host')}, not {target.host}"])
         if args.grid is not None:
-            raws = planmod.load_grid_file(args.grid)
+            raws = load_grid_file(args.grid)
             source = str(args.grid)
         elif stored is not None:
             key = extravars.GRID_KEY  # a config's own extra vars are part of the plan
@@ -261,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             original = str(stored.get("grid_source") or "plan.json").removesuffix(" (resumed)")
             source = f"{original} (resumed)"
         else:
-            raws = planmod.grid_from_target(target)
+            raws = grid_from_target(target)
             source = f"{args.inventory}: sweep_grid"
         bench = _bench_plan(args, stored)
         extra_vars = parse_extra_vars(args.extra_var)
@@ -269,7 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             extra_vars = dict(stored["extra_vars"])
         if args.reconfigurer == "local" and not target.simulated:
             raise PlanError(["--reconfigurer local runs the simulated engine; this inventory's engine is real"])
-        plan = planmod.make_plan(target, raws, grid_source=source, bench=bench, results_root=results_root)
+        plan = make_plan(target, raws, grid_source=source, bench=bench, results_root=results_root)
     except PlanError as exc:
         console.print("[red]the plan was refused; nothing was restarted:[/]")
         for problem in exc.problems:

@@ -19,7 +19,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from repro_py.sweep.plan import PlannedConfig, Target
+from repro_py.sweep.grid import PlannedConfig
+from repro_py.sweep.inventory import Target
 
 RESUME_KEYS: tuple[str, ...] = ("patch_series_sha256", "lock_sha256", "engine_kind", "host", "config_sha256")
 ABSENT = "absent"

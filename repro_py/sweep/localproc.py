@@ -28,8 +28,9 @@ from typing import Any
 
 from repro_py import spec_config
 from repro_py.simengine.testing import port_open, start_engine, terminate
-from repro_py.sweep.plan import PlannedConfig
-from repro_py.sweep.reconfigure import FAILED_TO_START, ReconfigureOutcome
+from repro_py.sweep.failures import FAILED_TO_START
+from repro_py.sweep.grid import PlannedConfig
+from repro_py.sweep.reconfigure import ReconfigureOutcome
 
 _LOG_NAME = "engine.log"
 

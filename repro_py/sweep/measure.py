@@ -18,7 +18,8 @@ from repro_py.bench.matrix import BenchSettings, run_matrix
 from repro_py.bench.server_info import fetch_server_info
 from repro_py.endpoint import Endpoint
 from repro_py.gates.lossless import make_reference
-from repro_py.sweep.plan import BenchPlan, PlannedConfig
+from repro_py.sweep.benchplan import BenchPlan
+from repro_py.sweep.grid import PlannedConfig
 
 
 class Measure(Protocol):

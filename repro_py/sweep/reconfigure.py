@@ -3,7 +3,10 @@
 :class:`AnsibleReconfigurer` runs ``playbooks/reconfigure.yml`` through
 ansible-runner with the config as extra vars, one private data dir per run
 (``results/<run>/runner/<label>/``, artifacts and job events kept), and
-reads the play's report JSON (``sglang_service_report_path``). On failure
+reads the play's deploy report from ansible-runner's own artifacts: the role
+publishes it with ``set_stats`` (``sglang_service_reports``), which lands in
+the ``playbook_on_stats`` event's ``artifact_data``; the report JSON file
+(``sglang_service_report_path``) serves only when the stats are absent. On failure
 the reason is the report's own ``failure.reason`` and the failed task's
 message from the runner events; the journal excerpt comes from the report.
 
@@ -24,11 +27,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from repro_py.sweep.plan import PlannedConfig, Target
+from repro_py.sweep.failures import FAILED_TO_START, INVALID_CONFIG
+from repro_py.sweep.grid import PlannedConfig
+from repro_py.sweep.inventory import Target
 
-#: Failure classes a reconfigure can end in (the runner adds the other two).
-INVALID_CONFIG = "invalid_config"
-FAILED_TO_START = "failed_to_start"
 #: Task actions whose failure means the config itself was refused.
 _VALIDATION_ACTIONS = ("ddtree_validate", "validate_argument_spec", "validate_spec", "spec_config")
 _JOURNAL_LINES = 40
@@ -149,6 +151,33 @@ def read_events(artifact_dir: Path) -> list[dict[str, Any]]:
         if isinstance(doc, dict):
             events.append((int(doc.get("counter") or 0), doc))
     return [doc for _, doc in sorted(events, key=lambda item: item[0])]
+
+
+#: The set_stats key under which the role publishes its deploy report (one entry per host).
+REPORTS_STAT = "sglang_service_reports"
+
+
+def report_from_stats(events: Iterable[Mapping[str, Any]], host: str) -> dict[str, Any] | None:
+    """``host``'s deploy report from the play's stats (``playbook_on_stats`` -> ``artifact_data``), if any."""
+    for event in events:
+        if event.get("event") != "playbook_on_stats":
+            continue
+        artifact: Mapping[str, Any] = (event.get("event_data") or {}).get("artifact_data") or {}
+        reports = artifact.get(REPORTS_STAT)
+        report = reports.get(host) if isinstance(reports, Mapping) else None
+        if isinstance(report, dict):
+            return report
+    return None
+
+
+def _report_file(path: Path) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    try:
+        loaded = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError:
+        return None
+    return loaded if isinstance(loaded, dict) else None
 
 
 def outcome_from_run(
@@ -299,19 +328,19 @@ class AnsibleReconfigurer:
         started = time.monotonic()
         result = self.run_play(self.playbook, private_dir, extravars, cancel)
         wall = time.monotonic() - started
-        report: dict[str, Any] | None = None
-        if report_path.is_file():
-            try:
-                loaded = json.loads(report_path.read_text(encoding="utf-8"))
-                report = loaded if isinstance(loaded, dict) else None
-            except ValueError:
-                report = None
         artifact_dir = Path(result.config.artifact_dir)
+        events = read_events(artifact_dir)
+        report = report_from_stats(events, self.target.host)
+        if report is None:
+            # No stats: ansible-runner writes the stats event only when the playbook ends, so a
+            # canceled or killed play has none although its report task may have written the file
+            # (and a play that failed before the report task has neither: the events then explain).
+            report = _report_file(report_path)
         return outcome_from_run(
             runner_status=str(result.status),
             rc=result.rc,
             report=report,
-            events=read_events(artifact_dir),
+            events=events,
             wall_s=wall,
             artifacts=os.path.relpath(artifact_dir, private_dir.parent.parent),
         )

@@ -1,15 +1,8 @@
 """The sweep loop: per config reconfigure -> server info -> benchmark -> gates -> atomic write.
 
-Every config ends in a result file with ``status`` ``ok`` or ``failed``; a
-failure always carries its class and reason:
-
-``invalid_config``            the play's own validation refused it (the planner refuses
-                              invalid configs before anything runs)
-``failed_to_start``           the restart did not reach a ready, echoing engine
-``crashed_during_benchmark``  the engine stopped answering during the benchmark or gates, or a
-                              benchmark cell failed (a failed repeat is never a measurement)
-``gate_failed``               it ran, but a correctness gate (coding, lossless, config
-                              echo) failed
+Every config ends in a result file (:mod:`repro_py.sweep.result_schema`) with
+``status`` ``ok`` or ``failed``; a failure carries its class and reason
+(:mod:`repro_py.sweep.failures`).
 
 A :class:`Measure` may decline to gate a config (its gates result then says
 ``"skipped": true`` with a ``reason``, e.g. a tuner that stopped measuring a
@@ -47,14 +40,14 @@ from rich.text import Text
 
 from repro_py.atomicio import write_json_atomic
 from repro_py.sweep import fingerprint, hostcode, state
+from repro_py.sweep.estimate import format_duration
+from repro_py.sweep.failures import CRASHED, FAILED_TO_START, GATE_FAILED, bench_error_summary, failed_gates
+from repro_py.sweep.grid import PlannedConfig
 from repro_py.sweep.measure import Measure
-from repro_py.sweep.plan import Plan, PlannedConfig, format_duration
-from repro_py.sweep.reconfigure import FAILED_TO_START, ReconfigureOutcome, Reconfigurer
+from repro_py.sweep.plan import Plan
+from repro_py.sweep.reconfigure import ReconfigureOutcome, Reconfigurer
+from repro_py.sweep.result_schema import ConfigResult, mark_failed, new_result
 
-INVALID_CONFIG = "invalid_config"
-CRASHED = "crashed_during_benchmark"
-GATE_FAILED = "gate_failed"
-FAILURE_CLASSES = (INVALID_CONFIG, FAILED_TO_START, CRASHED, GATE_FAILED)
 RESTORE_LABEL = "restore-default"
 _T = TypeVar("_T")
 
@@ -87,30 +80,6 @@ class _EtaColumn(ProgressColumn):
         return Text("ETA " + (format_duration(float(eta)) if isinstance(eta, int | float) else "?"), style="cyan")
 
 
-def _failed_gates(gates: Mapping[str, Any]) -> list[str]:
-    out: list[str] = []
-    for name, body in sorted(gates.items()):
-        if not isinstance(body, Mapping):
-            continue
-        passed = body.get("passed")
-        if passed is False:
-            detail = body.get("reason") or body.get("summary") or body.get("message") or ""
-            out.append(f"{name}: {detail}".rstrip(": ") if detail else name)
-    return out
-
-
-def _bench_error_summary(bench: Mapping[str, Any] | None) -> str:
-    cells = (bench or {}).get("cells") or []
-    errors = [c for c in cells if isinstance(c, Mapping) and c.get("status") in ("failed", "error")]
-    if not errors:
-        return ""
-    first = errors[0]
-    return (
-        f"{len(errors)}/{len(cells)} cells failed; first: context={first.get('context')} "
-        f"concurrency={first.get('concurrency')}: {first.get('reason')}"
-    )
-
-
 class SweepRunner:
     def __init__(
         self,
@@ -122,7 +91,7 @@ class SweepRunner:
         bundle: Path,
         options: SweepOptions | None = None,
         console: Console | None = None,
-        on_config_done: Callable[[str, dict[str, Any]], None] | None = None,
+        on_config_done: Callable[[str, ConfigResult], None] | None = None,
     ) -> None:
         self.plan = plan
         self.run_dir = run_dir
@@ -133,7 +102,7 @@ class SweepRunner:
         self.console = console or Console(stderr=True)
         self.on_config_done = on_config_done
         self.cancel = threading.Event()
-        self._current: asyncio.Future[dict[str, Any]] | None = None
+        self._current: asyncio.Future[ConfigResult] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.timings: dict[str, dict[str, float]] = {}
 
@@ -154,38 +123,6 @@ class SweepRunner:
 
     # ------------------------------------------------------------ one config
 
-    def _base_result(self, cfg: PlannedConfig, started: float, started_iso: str) -> dict[str, Any]:
-        return {
-            "schema": 1,
-            "run_id": self.run_dir.run_id,
-            "label": cfg.label,
-            "config": cfg.short(),
-            "extra_vars": dict(cfg.extra_vars),
-            "status": "ok",
-            "failure": None,
-            "fingerprint": {},
-            "engine": {
-                "kind": self.plan.target.engine_kind,
-                "version": None,
-                "sim_speed": None,
-                "max_total_num_tokens": None,
-            },
-            "reconfigure": {"time_to_ready_s": None, "invocation_id": None, "wall_s": 0.0, "changed": False},
-            "bench": {"cells": [], "settings": self.plan.bench.as_dict()},
-            "gates": {"passed": False},
-            "started_at": started_iso,
-            "finished_at": None,
-            "wall_s": 0.0,
-            "timing": {},
-            "_t0": started,
-        }
-
-    @staticmethod
-    def _fail(result: dict[str, Any], klass: str, reason: str, journal: list[str] | None = None) -> dict[str, Any]:
-        result["status"] = "failed"
-        result["failure"] = {"class": klass, "reason": reason or "(no reason given)", "journal": list(journal or [])}
-        return result
-
     async def _journal(self, cfg: PlannedConfig, result: Mapping[str, Any]) -> list[str]:
         """The journal of the invocation that served this config (never an earlier run's lines)."""
         invocation = (result.get("reconfigure") or {}).get("invocation_id")
@@ -202,10 +139,13 @@ class SweepRunner:
             functools.partial(self.reconfigurer.reconfigure, cfg, private_dir, self.cancel, restore=restore)
         )
 
-    async def run_config(self, cfg: PlannedConfig, controller_fp: Mapping[str, str]) -> dict[str, Any]:
-        started = time.monotonic()
-        result = self._base_result(cfg, started, state.now_iso())
-        timing: dict[str, float] = result["timing"]
+    async def run_config(self, cfg: PlannedConfig, controller_fp: Mapping[str, str]) -> ConfigResult:
+        result = new_result(
+            run_id=self.run_dir.run_id, label=cfg.label, config=cfg.short(), extra_vars=cfg.extra_vars,
+            engine_kind=self.plan.target.engine_kind, bench_settings=self.plan.bench.as_dict(),
+            started_at=state.now_iso(),
+        )  # fmt: skip
+        timing: dict[str, float] = result.setdefault("timing", {})
         endpoint = self.plan.target.endpoint
         unit_sha: str | None = None
         version: str | None = None
@@ -220,7 +160,7 @@ class SweepRunner:
             if outcome.time_to_ready_s is not None:
                 timing["load_s"] = float(outcome.time_to_ready_s)
             if not outcome.ok:
-                return self._fail(
+                return mark_failed(
                     result, outcome.failure_class or FAILED_TO_START, outcome.reason or "", outcome.journal
                 )
 
@@ -228,7 +168,7 @@ class SweepRunner:
             try:
                 engine = await self.measure.server_info(endpoint)
             except Exception as exc:
-                return self._fail(
+                return mark_failed(
                     result,
                     FAILED_TO_START,
                     f"reported ready, but /server_info failed: {type(exc).__name__}: {exc}",
@@ -251,12 +191,12 @@ class SweepRunner:
             if bench is not None:
                 result["bench"] = bench
             alive = bench_error is None and await self.measure.alive(endpoint)
-            cells_failed = _bench_error_summary(bench)
+            cells_failed = bench_error_summary(bench)
             if not alive or cells_failed:
                 why = bench_error or cells_failed or "no cell error recorded"
                 prefix = "the engine stopped answering during the benchmark" if not alive else "the benchmark failed"
                 journal = await self._journal(cfg, result)
-                return self._fail(result, CRASHED, hostcode.explain_failure(f"{prefix} ({why})", journal), journal)
+                return mark_failed(result, CRASHED, hostcode.explain_failure(f"{prefix} ({why})", journal), journal)
 
             t = time.monotonic()
             reference = self._load_reference()
@@ -269,7 +209,7 @@ class SweepRunner:
                 klass = GATE_FAILED if alive else CRASHED
                 prefix = "gates raised" if alive else "the engine stopped answering during the gates"
                 journal = [] if alive else await self._journal(cfg, result)
-                return self._fail(result, klass, f"{prefix}: {type(exc).__name__}: {exc}", journal)
+                return mark_failed(result, klass, f"{prefix}: {type(exc).__name__}: {exc}", journal)
             finally:
                 timing["gates_s"] = round(time.monotonic() - t, 3)
             new_reference = gates.pop("lossless_reference", None)
@@ -279,14 +219,14 @@ class SweepRunner:
                 return result
             if not gates.get("passed"):
                 if not await self.measure.alive(endpoint):
-                    return self._fail(
+                    return mark_failed(
                         result,
                         CRASHED,
-                        "the engine stopped answering during the gates: " + "; ".join(_failed_gates(gates)),
+                        "the engine stopped answering during the gates: " + "; ".join(failed_gates(gates)),
                         await self._journal(cfg, result),
                     )
-                failed = _failed_gates(gates) or ["gates did not pass (no gate named a reason)"]
-                return self._fail(result, GATE_FAILED, "; ".join(failed))
+                failed = failed_gates(gates) or ["gates did not pass (no gate named a reason)"]
+                return mark_failed(result, GATE_FAILED, "; ".join(failed))
             if reference is None and isinstance(new_reference, Mapping):
                 write_json_atomic(
                     self.run_dir.lossless_reference,
@@ -306,24 +246,25 @@ class SweepRunner:
         ref = doc.get("reference") if isinstance(doc, dict) else None
         return ref if isinstance(ref, Mapping) else None
 
-    def _finish(self, result: dict[str, Any]) -> dict[str, Any]:
-        t0 = float(result.pop("_t0"))
+    @staticmethod
+    def _finish(result: ConfigResult, t0: float) -> ConfigResult:
         result["finished_at"] = state.now_iso()
         result["wall_s"] = round(time.monotonic() - t0, 3)
         return result
 
     async def run_config_and_write(
         self, cfg: PlannedConfig, current: Mapping[str, str] | None = None
-    ) -> dict[str, Any]:
+    ) -> ConfigResult:
         """Run one config (cancellable) and write its result (never cut: no await inside)."""
         if current is None:
             current = fingerprint.controller_fingerprint(self.bundle, self.plan.target, cfg)
+        t0 = time.monotonic()
         self._current = asyncio.ensure_future(self.run_config(cfg, current))
         try:
             result = await self._current
         finally:
             self._current = None
-        result = self._finish(result)
+        result = self._finish(result, t0)
         write_json_atomic(self.run_dir.result(cfg.label), result)
         return result
 
@@ -395,8 +336,8 @@ class SweepRunner:
                 self.timings[cfg.label] = dict(result.get("timing") or {})
                 outcome.ran.append(cfg.label)
                 status = "[green]ok[/]"
-                if result["status"] != "ok":
-                    failure = result["failure"]
+                failure = result["failure"]
+                if failure is not None:
                     outcome.failed[cfg.label] = f"{failure['class']}: {failure['reason']}"
                     status = f"[red]{failure['class']}[/]: {escape(str(failure['reason']))}"
                 progress.console.print(f"{cfg.label}: {status} ({result['wall_s']:.1f} s)")

@@ -10,8 +10,9 @@
     runner/restore-default/    the final restore of the inventory's default config
     summary.md summary.csv plots/*.png MANIFEST.sha256
 
-A config is *done* when ``configs/<label>.json`` exists, parses, and its
-fingerprint matches the current one on :data:`fingerprint.RESUME_KEYS`.
+A config is *done* when ``configs/<label>.json`` exists, loads on the result
+schema (:mod:`repro_py.sweep.result_schema`), and its fingerprint matches
+the current one on :data:`fingerprint.RESUME_KEYS`.
 A config interrupted mid-way has no result file, so ``--resume`` reruns it.
 """
 
@@ -26,6 +27,7 @@ from typing import Any
 
 from repro_py.atomicio import write_json_atomic
 from repro_py.sweep import fingerprint
+from repro_py.sweep.result_schema import ConfigResult, ResultError, load_result
 
 STATE_RUNNING = "running"
 STATE_INTERRUPTED = "interrupted"
@@ -86,24 +88,23 @@ class RunDir:
         doc["history"] = history[-50:]
         write_json_atomic(self.state, doc)
 
-    def read_result(self, label: str) -> dict[str, Any] | None:
+    def read_result(self, label: str) -> ConfigResult | None:
+        """``label``'s result; None when there is none or it is off the schema (then it runs again)."""
         try:
-            doc = json.loads(self.result(label).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            return load_result(self.result(label))
+        except ResultError:
             return None
-        return doc if isinstance(doc, dict) else None
 
-    def results(self) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
+    def results(self) -> list[ConfigResult]:
+        """Every result on the schema (a file off it is no result: a resume runs its config again)."""
+        out: list[ConfigResult] = []
         if not self.configs.is_dir():
             return out
         for path in sorted(self.configs.glob("*.json")):
             try:
-                doc = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
+                out.append(load_result(path))
+            except ResultError:
                 continue
-            if isinstance(doc, dict):
-                out.append(doc)
         return out
 
 

@@ -39,13 +39,12 @@ from repro_py.tune.records import (
 )
 from repro_py.tune.space import Space
 from repro_py.tune.surrogate import Surrogate
-from repro_py.tune.sweepio import PlannedConfig
+from repro_py.tune.sweepio import GATE_FAILED, PlannedConfig
 
 DEFAULT_INIT_DESIGN = 4
 DEFAULT_KAPPA = 2.0
 #: A restart is not worth less than this relative gain over the current winner (the noise floor of one).
 DEFAULT_MIN_GAIN = 0.01
-GATE_FAILED = "gate_failed"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,24 +12,17 @@ change to this file alone.
 from __future__ import annotations
 
 from repro_py.report.render import build_report
+from repro_py.sweep.benchplan import BenchPlan
 from repro_py.sweep.cli import RUN_ID_RE, default_run_id, local_reconfigurer, parse_extra_vars, print_resume
+from repro_py.sweep.errors import PlanError
+from repro_py.sweep.estimate import format_duration
+from repro_py.sweep.failures import GATE_FAILED
 from repro_py.sweep.fingerprint import controller_fingerprint
+from repro_py.sweep.grid import SIM_FAULT_KEY, PlannedConfig, expand_grid, validate_all, validate_config
+from repro_py.sweep.inventory import Target, load_target
 from repro_py.sweep.localproc import LocalProcessReconfigurer
 from repro_py.sweep.measure import BundleMeasure, Measure
-from repro_py.sweep.plan import (
-    SIM_FAULT_KEY,
-    BenchPlan,
-    Plan,
-    PlanError,
-    PlannedConfig,
-    Target,
-    expand_grid,
-    format_duration,
-    load_target,
-    make_plan,
-    validate_all,
-    validate_config,
-)
+from repro_py.sweep.plan import Plan, make_plan
 from repro_py.sweep.reconfigure import AnsibleReconfigurer, Reconfigurer
 from repro_py.sweep.runner import Interrupted, SweepOptions, SweepRunner
 from repro_py.sweep.state import (
@@ -43,6 +36,7 @@ from repro_py.sweep.state import (
 )
 
 __all__ = [
+    "GATE_FAILED",
     "RUN_ID_RE",
     "SIM_FAULT_KEY",
     "STATE_COMPLETE",

@@ -13,7 +13,7 @@ from conftest import ROOT
 
 from repro_py import spec_config
 from repro_py.simengine.faults import _WITH_ARG, FAULT_NAMES
-from repro_py.sweep import plan as planmod
+from repro_py.sweep.grid import PlannedConfig
 
 FAULTS = [f"{name}:20" if name in _WITH_ARG else name for name in FAULT_NAMES]
 
@@ -44,7 +44,7 @@ def test_label_flags_and_echo_agree_between_the_sweep_and_the_playbook_for_every
     """`crash-after:20` was `...-crash-after-20` in the sweep and `...-crash-after_20` in the role."""
     extra = [a for k, v in short.items() for a in ("-e", f"{k}={v}")]
     played = _playbook_labels(run_playbook, tmp_path, extra)
-    planned = [planmod.PlannedConfig(spec=spec_config.validate(dict(short)), sim_fault=f) for f in FAULTS]
+    planned = [PlannedConfig(spec=spec_config.validate(dict(short)), sim_fault=f) for f in FAULTS]
     assert played["labels"] == [p.label for p in planned]
     assert played["labels"][FAULTS.index("crash-after:20")].endswith("-fault-crash-after-20")
     cfg = planned[0].spec
@@ -107,7 +107,7 @@ def test_the_precedence_is_written_once_and_as_the_plugin_applies_it():
 
 def test_the_sweep_reserves_the_long_names():
     from repro_py.sweep.cli import parse_extra_vars  # noqa: PLC0415
-    from repro_py.sweep.plan import PlanError  # noqa: PLC0415
+    from repro_py.sweep.errors import PlanError  # noqa: PLC0415
 
     for key, var in spec_config.ROLE_VARS.items():
         with pytest.raises(PlanError, match=f"role variable of the config key '{key}'"):

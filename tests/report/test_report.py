@@ -202,6 +202,23 @@ def test_interrupted_run_lists_the_unfinished(make_run: Callable[..., Path]) -> 
     assert "Not finished" in md and "ddtree-b8-t4-w2048-bs8" in md
 
 
+def test_a_result_off_the_schema_is_refused_by_name_and_never_counted(
+    make_run: Callable[..., Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = result("ddtree-b8-t4-w2048-bs8", ddtree(8, 4), single=900)
+    del bad["gates"]
+    run_dir = make_run(results=[result("baseline", {"algorithm": "none"}, accept=None), bad])
+    run = tables.load_run(run_dir)
+    assert [r["label"] for r in run.results] == ["baseline"]
+    bad_path = run_dir / "configs" / "ddtree-b8-t4-w2048-bs8.json"
+    assert run.refused == [f"{bad_path}: the required key 'gates' is missing (schema 1)"]
+    assert main([str(run_dir), "--no-manifest"]) == ExitCode.OK
+    assert f"result refused (not counted): {bad_path}: the required key 'gates'" in capsys.readouterr().err
+    md = (run_dir / "summary.md").read_text()
+    assert "Result files refused" in md and "ddtree-b8-t4-w2048-bs8.json: the required key 'gates'" in md
+    assert "900" not in md  # its figures are not in any table
+
+
 def test_empty_and_odd_inputs_still_render(make_run: Callable[..., Path]) -> None:
     failed_only = [
         result("ddtree-b8-t4-w2048-bs8", ddtree(8, 4),

@@ -17,7 +17,7 @@ from rich.console import Console
 
 from repro_py.exitcodes import ExitCode
 from repro_py.sweep import cli
-from repro_py.sweep.plan import PlanError
+from repro_py.sweep.errors import PlanError
 from repro_py.sweep.reconfigure import AnsibleReconfigurer
 from tests.sweep.conftest import BUNDLE
 

@@ -2,17 +2,22 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
-from repro_py.sweep import plan as planmod
-from repro_py.sweep.plan import BenchPlan, PlanError
+from repro_py.sweep.benchplan import BenchPlan
+from repro_py.sweep.errors import PlanError
+from repro_py.sweep.estimate import estimate, estimate_basis, format_duration
+from repro_py.sweep.grid import expand_grid, grid_from_target, load_grid_file, validate_config
+from repro_py.sweep.inventory import load_target
+from repro_py.sweep.result_schema import new_result
 from tests.sweep.conftest import make_plan, make_target
 
 
 def test_grid_is_a_cartesian_product() -> None:
-    raws = planmod.expand_grid(
+    raws = expand_grid(
         {"grid": {"algorithm": ["ddtree"], "budget": [4, 8, 16], "topk": [4], "window": [2048, "none"]}},
         where="t",
     )
@@ -31,7 +36,7 @@ def test_explicit_list_and_grid_combine(tmp_path: Path) -> None:
         ),
         encoding="utf-8",
     )
-    raws = planmod.load_grid_file(path)
+    raws = load_grid_file(path)
     assert len(raws) == 2 + 4
     plan = make_plan(raws, tmp_path=tmp_path)
     labels = [c.label for c in plan.configs]
@@ -43,12 +48,12 @@ def test_explicit_list_and_grid_combine(tmp_path: Path) -> None:
 
 def test_plain_list_grid_from_inventory_var() -> None:
     target = make_target(hostvars={"sweep_grid": [{"budget": 8, "topk": 4}, {"budget": 4, "topk": 4}]})
-    assert planmod.grid_from_target(target) == [{"budget": 8, "topk": 4}, {"budget": 4, "topk": 4}]
+    assert grid_from_target(target) == [{"budget": 8, "topk": 4}, {"budget": 4, "topk": 4}]
 
 
 def test_missing_grid_var_is_refused() -> None:
     with pytest.raises(PlanError, match="no sweep_grid"):
-        planmod.grid_from_target(make_target())
+        grid_from_target(make_target())
 
 
 def test_every_invalid_config_is_listed_with_its_message(tmp_path: Path) -> None:
@@ -102,11 +107,11 @@ def test_unknown_sim_fault_is_refused(tmp_path: Path) -> None:
 
 
 def test_extravars_use_short_keys() -> None:
-    cfg = planmod.validate_config({"algorithm": "dflash", "block_size": 8}, simulated=True)
+    cfg = validate_config({"algorithm": "dflash", "block_size": 8}, simulated=True)
     assert cfg.extravars() == {"algorithm": "dflash", "window": "none", "block_size": 8}
-    cfg = planmod.validate_config({"algorithm": "none"}, simulated=True)
+    cfg = validate_config({"algorithm": "none"}, simulated=True)
     assert cfg.extravars() == {"algorithm": "none"}
-    cfg = planmod.validate_config({"budget": 8, "topk": 4, "window": 2048, "sim_fault": "mask-offset"}, simulated=True)
+    cfg = validate_config({"budget": 8, "topk": 4, "window": 2048, "sim_fault": "mask-offset"}, simulated=True)
     assert cfg.extravars() == {
         "algorithm": "ddtree",
         "budget": 8,
@@ -122,25 +127,33 @@ def test_invalid_default_config_is_refused(tmp_path: Path) -> None:
         make_plan([{"budget": 8, "topk": 4}], tmp_path=tmp_path, default={"budget": 8, "topk": 40})
 
 
+def _earlier_result(**blocks: dict[str, Any]) -> dict[str, Any]:
+    """A result of an earlier run on testhost, with the given blocks."""
+    doc: dict[str, Any] = dict(
+        new_result(run_id="old", label="x", config={}, extra_vars={}, engine_kind="simulated",
+                   bench_settings={}, started_at="2026-11-29T09:00:00+00:00")
+    )  # fmt: skip
+    doc.update(blocks, fingerprint={"host": "testhost"}, finished_at="2026-11-29T09:01:00+00:00", wall_s=60.0)
+    return doc
+
+
 def test_estimate_from_inventory_and_history(tmp_path: Path) -> None:
     bench = BenchPlan(contexts=(60,), concurrency=(1, 8), repeats=1, max_tokens=16)
     target = make_target(hostvars={"sweep_load_time_s": 400, "sweep_cell_time_s": 30, "sweep_gates_time_s": 60})
-    cfgs = [planmod.validate_config({"budget": 8, "topk": 4}, simulated=True)]
-    est = planmod.estimate(target, cfgs, bench, tmp_path)
+    cfgs = [validate_config({"budget": 8, "topk": 4}, simulated=True)]
+    est = estimate(target, cfgs, bench, tmp_path)
     assert est["per_config_s"] == 400 + 2 * 30 + 60
     assert est["total_s"] == est["per_config_s"] + 400  # plus the restore
     # history: earlier runs on the same host give the load time
-    doc = {
-        "status": "ok",
-        "fingerprint": {"host": "testhost"},
-        "reconfigure": {"time_to_ready_s": 123.0},
-        "bench": {"cells": [{}, {}], "settings": {"repeats": 1, "max_tokens": 16}},
-        "timing": {"bench_s": 50.0, "gates_s": 30.0},
-    }
+    doc = _earlier_result(
+        reconfigure={"time_to_ready_s": 123.0},
+        bench={"cells": [{}, {}], "settings": {"repeats": 1, "max_tokens": 16}},
+        timing={"bench_s": 50.0, "gates_s": 30.0},
+    )
     path = tmp_path / "old-run" / "configs" / "x.json"
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(doc), encoding="utf-8")
-    est = planmod.estimate(make_target(), cfgs, bench, tmp_path)
+    est = estimate(make_target(), cfgs, bench, tmp_path)
     assert est["load_s_per_config"] == 123.0
     assert est["bench_s_per_cell"] == 25.0
     assert est["gates_s_per_config"] == 30.0
@@ -158,11 +171,11 @@ def test_target_endpoint_and_engine_from_vars() -> None:
     data = _inventory(
         {"h1": {"ansible_host": "10.0.0.5", "sglang_service_port": 30010, "sglang_service_engine": "simulated"}}
     )
-    target = planmod.load_target(Path("inv"), data=data)
+    target = load_target(Path("inv"), data=data)
     assert target.endpoint.base_url == "http://10.0.0.5:30010"
     assert target.simulated
     data = _inventory({"h1": {"sweep_endpoint_url": "http://127.0.0.1:4000/", "sglang_service_engine": "sglang"}})
-    target = planmod.load_target(Path("inv"), data=data)
+    target = load_target(Path("inv"), data=data)
     assert target.endpoint.base_url == "http://127.0.0.1:4000"
     assert target.engine_kind == "real"
 
@@ -170,35 +183,36 @@ def test_target_endpoint_and_engine_from_vars() -> None:
 def test_several_hosts_need_a_limit() -> None:
     data = _inventory({"h1": {}, "h2": {}})
     with pytest.raises(PlanError, match="--limit-hosts"):
-        planmod.load_target(Path("inv"), data=data)
-    assert planmod.load_target(Path("inv"), data=data, limit="h2").host == "h2"
+        load_target(Path("inv"), data=data)
+    assert load_target(Path("inv"), data=data, limit="h2").host == "h2"
 
 
 def test_format_duration() -> None:
-    assert planmod.format_duration(5) == "5s"
-    assert planmod.format_duration(125) == "2m05s"
-    assert planmod.format_duration(3 * 3600 + 60) == "3h01m"
+    assert format_duration(5) == "5s"
+    assert format_duration(125) == "2m05s"
+    assert format_duration(3 * 3600 + 60) == "3h01m"
 
 
 def test_estimate_says_when_it_has_no_measured_history(tmp_path: Path) -> None:
     bench = BenchPlan(contexts=(60,), concurrency=(1,), repeats=1, max_tokens=16)
-    cfgs = [planmod.validate_config({"budget": 8, "topk": 4}, simulated=True)]
-    fresh = planmod.estimate(make_target(), cfgs, bench, tmp_path)
-    assert planmod.estimate_basis(fresh) == "no measured history: estimate from defaults"
-    doc = {
-        "status": "ok",
-        "fingerprint": {"host": "testhost"},
-        "reconfigure": {"time_to_ready_s": 80.0},
-        "bench": {"cells": [{}], "settings": {"repeats": 1, "max_tokens": 16}},
-        "timing": {"reconfigure_s": 95.0, "bench_s": 5.0, "gates_s": 3.0},
-    }
+    cfgs = [validate_config({"budget": 8, "topk": 4}, simulated=True)]
+    fresh = estimate(make_target(), cfgs, bench, tmp_path)
+    assert estimate_basis(fresh) == "no measured history: estimate from defaults"
+    doc = _earlier_result(
+        reconfigure={"time_to_ready_s": 80.0},
+        bench={"cells": [{}], "settings": {"repeats": 1, "max_tokens": 16}},
+        timing={"reconfigure_s": 95.0, "bench_s": 5.0, "gates_s": 3.0},
+    )
     for run in ("a", "b"):
         path = tmp_path / run / "configs" / "x.json"
         path.parent.mkdir(parents=True)
         path.write_text(json.dumps(doc), encoding="utf-8")
-    measured = planmod.estimate(make_target(), cfgs, bench, tmp_path)
+    off_schema = {k: v for k, v in doc.items() if k != "bench"}  # refused by load_result: not history
+    (tmp_path / "c" / "configs").mkdir(parents=True)
+    (tmp_path / "c" / "configs" / "x.json").write_text(json.dumps(off_schema), encoding="utf-8")
+    measured = estimate(make_target(), cfgs, bench, tmp_path)
     assert measured["load_s_per_config"] == 95.0  # the measured restart, not the default
-    assert planmod.estimate_basis(measured) == "measured history: 2 config(s) of earlier runs on this host"
+    assert estimate_basis(measured) == "measured history: 2 config(s) of earlier runs on this host"
 
 
 def test_a_grid_entry_may_carry_extra_vars_recorded_in_the_plan(tmp_path: Path) -> None:

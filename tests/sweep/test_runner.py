@@ -11,8 +11,10 @@ import pytest
 from rich.console import Console
 
 from repro_py.sweep import fingerprint, state
-from repro_py.sweep.plan import Plan, PlannedConfig
-from repro_py.sweep.runner import FAILURE_CLASSES, SweepOptions, SweepRunner
+from repro_py.sweep.failures import FAILURE_CLASSES
+from repro_py.sweep.grid import PlannedConfig
+from repro_py.sweep.plan import Plan
+from repro_py.sweep.runner import SweepOptions, SweepRunner
 from tests.sweep.conftest import BUNDLE, FakeMeasure, FakeReconfigurer, make_plan
 
 GRID: list[dict[str, object]] = [

@@ -10,7 +10,8 @@ from rich.console import Console
 
 from repro_py.endpoint import Endpoint
 from repro_py.sweep import state
-from repro_py.sweep.plan import BenchPlan, PlannedConfig
+from repro_py.sweep.benchplan import BenchPlan
+from repro_py.sweep.grid import PlannedConfig
 from repro_py.sweep.runner import SweepOptions, SweepRunner
 from tests.sweep.conftest import BUNDLE, FakeMeasure, FakeReconfigurer, bench_result, make_plan
 

@@ -9,7 +9,8 @@ from typing import Any
 
 from rich.console import Console
 
-from repro_py.sweep.plan import BenchPlan, make_plan
+from repro_py.sweep.benchplan import BenchPlan
+from repro_py.sweep.plan import make_plan
 from repro_py.sweep.state import RunDir
 from repro_py.tune.ladder import Rung, make_ladder
 from repro_py.tune.loop import Budget, TuneLoop

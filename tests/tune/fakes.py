@@ -14,7 +14,8 @@ from typing import Any
 
 from repro_py.endpoint import Endpoint
 from repro_py.simengine.perf_model import ModelConfig, predict
-from repro_py.sweep.plan import BenchPlan, PlannedConfig
+from repro_py.sweep.benchplan import BenchPlan
+from repro_py.sweep.grid import PlannedConfig
 
 
 def model_config(cfg: PlannedConfig) -> ModelConfig:

@@ -8,7 +8,7 @@ from typing import Any
 
 from repro_py import manifest
 from repro_py.report.render import build_report
-from repro_py.sweep.plan import PlannedConfig
+from repro_py.sweep.grid import PlannedConfig
 from repro_py.tune.loop import Budget, TuneLoop
 from repro_py.tune.outcome import search_document
 from tests.sweep.conftest import FakeReconfigurer

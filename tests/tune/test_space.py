@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from repro_py.sweep.plan import PlanError
+from repro_py.sweep.errors import PlanError
 from repro_py.tune.space import load_space
 from tests.sweep.conftest import make_target
 

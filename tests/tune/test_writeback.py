@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from repro_py.sweep.plan import load_target, validate_config
+from repro_py.sweep.grid import validate_config
+from repro_py.sweep.inventory import load_target
 from repro_py.tune import writeback
 
 ROOT = Path(__file__).resolve().parents[2]

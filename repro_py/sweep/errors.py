@@ -1,0 +1,11 @@
+"""The error a sweep plan is refused with."""
+
+from __future__ import annotations
+
+
+class PlanError(Exception):
+    """The plan cannot be made; ``problems`` lists every reason."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
