@@ -29,3 +29,8 @@ def test_the_local_fact_template_is_an_ini_file_ansible_can_read():
     for role in ("preflight", "sglang_service"):
         defaults = (ROOT / f"roles/{role}/defaults/main.yml").read_text()
         assert "ansible_local.cuda_toolkit.toolkit.cuda_home" in defaults
+
+
+def test_every_reader_of_the_fact_defines_what_it_reads():
+    collect = (ROOT / "playbooks/collect.yml").read_text()
+    assert "_collect_cuda_home: \"{{ ansible_local.cuda_toolkit.toolkit.cuda_home | default('') }}\"" in collect
