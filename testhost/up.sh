@@ -26,7 +26,7 @@ name="${1:-${TESTHOST_NAME:-sglang-testhost}}"
 image="$TESTHOST_IMAGE"
 timeout="${TESTHOST_BOOT_TIMEOUT:-120}"
 # Bumped when the container's creation options change: an older container is recreated.
-layout=3
+layout=4
 
 "$here/build-image.sh"
 
@@ -69,7 +69,8 @@ else
     # fails with 217/USER "Failed to keep CAP_SYS_ADMIN". PID 1 on a real host
     # has it; podman's default set does not. CAP_SYS_PTRACE: root reads other
     # users' /proc/PID/fd (ss -p names a port's listener by it), as on a real host.
-    podman run -d --name "$name" --hostname "$name" --systemd=always --network host \
+    # --add-host: the hostname resolves, as on a real host (sudo looks it up).
+    podman run -d --name "$name" --hostname "$name" --add-host "$name:127.0.1.1" --systemd=always --network host \
         --cap-add SYS_ADMIN --cap-add SYS_PTRACE --label "sglang.testhost.layout=$layout" --label "sglang.testhost.uvm-major=$uvm_major" \
         --device-cgroup-rule "c 195:* rwm" --device-cgroup-rule "c $uvm_major:* rwm" \
         "$image" /sbin/init >/dev/null
