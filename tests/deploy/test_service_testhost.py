@@ -96,7 +96,7 @@ def http(method: str, path: str, body: dict[str, Any] | None = None, key: str | 
 
 
 def serving(key: str | None = None) -> bool:
-    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0}  # greedy: DDTree
     status, raw = http("POST", "/v1/chat/completions", body, key)
     return status == 200 and bool(json.loads(raw)["choices"])
 
@@ -151,7 +151,7 @@ def test_a_crash_loop_is_still_stopped_by_the_start_limit(tmp_path: Path):
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError):  # each process dies at its 3rd generation
-            http("POST", "/generate", {"text": "x", "sampling_params": {"max_new_tokens": 2}})
+            http("POST", "/generate", {"text": "x", "sampling_params": {"max_new_tokens": 2, "temperature": 0}})
         if stopped in sh("journalctl", "-u", UNIT, "--since", since, "--no-pager", "-o", "cat").stdout:
             break
         time.sleep(0.5)
