@@ -153,7 +153,8 @@ service-checks: deploy
 	$(MAKE) --no-print-directory service-checks-run
 
 service-checks-run: venv
-	SGLANG_TESTHOST=1 $(PY) -m pytest -q -p no:cacheprovider --durations=0 tests/deploy/test_service_testhost.py
+	SGLANG_TESTHOST=1 $(PY) -m pytest -q -p no:cacheprovider --durations=0 tests/deploy/test_service_testhost.py \
+	  tests/deploy/test_lease_testhost.py tests/deploy/test_ssh_connection.py
 
 # The sweep through Ansible on the deployed test host (7 configs in one run
 # within the start-limit hour, interrupt + resume, report, manifest), kept

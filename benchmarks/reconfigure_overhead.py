@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
                 started = time.monotonic()
                 out = reconf.reconfigure(cfg, private, threading.Event())
                 wall = time.monotonic() - started
-                counts = task_counts(Path(out.artifacts)) if out.artifacts else Counter()
+                # the outcome names its artifacts relative to the private dir's grandparent
+                counts = task_counts(private.parent.parent / out.artifacts) if out.artifacts else Counter()
                 executed = counts["ok"] + counts["changed"] + counts["failed"]
                 row: dict[str, object] = {
                     "label": cfg.label,
@@ -104,7 +105,11 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
     good = [r for r in rows if r["status"] == "ready" and r["overhead_s"] is not None]
-    failed = [r for r in rows if r not in good]
+    unchanged = [r for r in rows if r["status"] == "ready" and r["overhead_s"] is None]
+    failed = [r for r in rows if r["status"] != "ready"]
+    if unchanged:
+        print(f"{len(unchanged)} play(s) found the config already serving (no restart, no load to subtract); "
+              "not counted: " + ", ".join(str(r["label"]) for r in unchanged))  # fmt: skip
     if failed:
         print(f"{len(failed)} play(s) did not end ready and are not counted: "
               + ", ".join(f"{r['label']} ({r['status']})" for r in failed))  # fmt: skip

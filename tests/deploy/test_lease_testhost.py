@@ -43,7 +43,7 @@ def test_a_deploy_is_refused_while_a_live_run_holds_the_lease(tmp_path: Path, no
     put_lease({**rules.new_lease("sweep-live", "sweep other", me, rules.boot_id()),
                "since": "2000-01-01T00:00:00+00:00"})  # fmt: skip
     before = unit()
-    rc, _, out = reconfigure(tmp_path, "-e", "sglang_service_force_restart=true", name="leased")
+    rc, _, out = reconfigure(tmp_path, "-e", "{\"sglang_service_force_restart\": true}", name="leased")
     assert rc != 0, out
     assert "the host is leased to sweep other (lease sweep-live)" in out and "since 2000-01-01" in out
     assert unit()["InvocationID"] == before["InvocationID"] and serving()  # untouched
