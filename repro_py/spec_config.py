@@ -31,7 +31,6 @@ WINDOW_MAX = 1 << 20
 BLOCK_SIZES: tuple[int, ...] = (8, 16)
 
 
-
 @dataclasses.dataclass(frozen=True)
 class Field:
     """One field of a configuration and every name it goes by.
@@ -282,11 +281,10 @@ def expected_echo(cfg: SpecConfig) -> dict[str, object]:
     """What ``/server_info`` must report for ``cfg``: every field's echo key, ``None`` where the
     algorithm does not use it (a DFLASH chain has no tree budget; a baseline no speculation)."""
     echo: dict[str, object] = {FIELD_BY_KEY["algorithm"].echo: ENGINE_ALGORITHM[cfg.algorithm]}
+    if cfg.algorithm == "none":
+        return echo  # an autoregressive server has no other speculative setting to compare
     for field in FIELDS[1:]:
         echo[field.echo] = getattr(cfg, field.key) if cfg.algorithm in field.algorithms else None
-    if cfg.algorithm == "none":
-        # an autoregressive server reports no speculative settings worth comparing beyond the algorithm
-        return {FIELD_BY_KEY["algorithm"].echo: None}
     return echo
 
 

@@ -184,9 +184,8 @@ def test_a_problem_list_message_keeps_its_items() -> None:
     )
 
 
-def test_extra_vars_go_to_every_play_but_the_restore(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_bundle: tuple[Path, Target]
-) -> None:
+def _record_plays(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, object]]:
+    """Replace ansible_runner.run by a play that reports ready; the extra vars of each play, in order."""
     seen: list[dict[str, object]] = []
 
     def fake_run(**kwargs: object) -> _RunResult:
@@ -197,6 +196,13 @@ def test_extra_vars_go_to_every_play_but_the_restore(
         return _RunResult(str(kwargs["private_data_dir"]))
 
     monkeypatch.setattr(ansible_runner, "run", fake_run)
+    return seen
+
+
+def test_extra_vars_go_to_every_play_but_the_restore(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_bundle: tuple[Path, Target]
+) -> None:
+    seen = _record_plays(monkeypatch)
     bundle, target = fake_bundle
     rec = AnsibleReconfigurer(bundle, target, extra_vars={"sglang_service_sim_speed": 10, "budget": 99})
     cfg = validate_config({"budget": 8, "topk": 4}, simulated=True)
@@ -209,16 +215,7 @@ def test_extra_vars_go_to_every_play_but_the_restore(
 def test_a_grid_entrys_extra_vars_go_to_its_own_play_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_bundle: tuple[Path, Target]
 ) -> None:
-    seen: list[dict[str, object]] = []
-
-    def fake_run(**kwargs: object) -> _RunResult:
-        extravars = kwargs["extravars"]
-        assert isinstance(extravars, dict)
-        seen.append(dict(extravars))
-        Path(str(extravars["sglang_service_report_path"])).write_text(json.dumps({"status": "ready"}))
-        return _RunResult(str(kwargs["private_data_dir"]))
-
-    monkeypatch.setattr(ansible_runner, "run", fake_run)
+    seen = _record_plays(monkeypatch)
     bundle, target = fake_bundle
     rec = AnsibleReconfigurer(bundle, target, extra_vars={"sglang_service_ready_timeout": 900})
     slow = validate_config(
