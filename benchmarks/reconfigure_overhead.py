@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from repro_py.sweep.grid import validate_config  # noqa: E402
 from repro_py.sweep.inventory import load_target  # noqa: E402
-from repro_py.sweep.reconfigure import AnsibleReconfigurer  # noqa: E402
+from repro_py.sweep.reconfigure import AnsibleReconfigurer, read_events  # noqa: E402
 
 GRID: list[dict[str, object]] = [
     {"algorithm": "ddtree", "budget": 8, "topk": 4, "window": 2048, "block_size": 8},
@@ -51,8 +51,7 @@ GRID: list[dict[str, object]] = [
 def task_counts(artifact_dir: Path) -> Counter[str]:
     """Per event kind: ``ok``/``changed``/``failed`` (executed), ``skipped``, from ansible-runner's events."""
     counts: Counter[str] = Counter()
-    for path in sorted((artifact_dir / "job_events").glob("*.json")):
-        event = json.loads(path.read_text(encoding="utf-8"))
+    for event in read_events(artifact_dir):
         kind = event.get("event", "")
         data = event.get("event_data") or {}
         if kind == "runner_on_ok":
