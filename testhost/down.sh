@@ -9,7 +9,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 name="${1:-${TESTHOST_NAME:-sglang-testhost}}"
 
 if podman container exists "$name"; then
-    podman rm -f -t 10 "$name" >/dev/null
+    testhost_remove "$name"
     echo "down: removed $name"
 else
     echo "down: $name does not exist"

@@ -46,12 +46,24 @@ fi
 if podman container exists "$name" \
         && [[ "$(podman inspect -f '{{ index .Config.Labels "sglang.testhost.layout" }}' "$name")" != "$layout" ]]; then
     echo "up: $name was created with older options; recreating it"
-    podman rm -f -t 10 "$name" >/dev/null
+    testhost_remove "$name"
 fi
 if podman container exists "$name" \
         && [[ "$(podman inspect -f '{{ .Image }}' "$name")" != "$(podman image inspect -f '{{ .Id }}' "$image")" ]]; then
     echo "up: $name runs an older $image; recreating it"
-    podman rm -f -t 10 "$name" >/dev/null
+    testhost_remove "$name"
+fi
+
+# A container podman records as running (or stopping) whose processes are gone: conmon and
+# its init were killed behind podman's back (a CI runner's session ending, kill -9). Exec
+# fails with "cannot exec in a stopped container", stop leaves it "stopping" and start
+# refuses it: only a new container works. Its state inside is lost; plays rebuild it.
+if podman container exists "$name"; then
+    status=$(podman inspect -f '{{.State.Status}}' "$name")
+    if [[ "$status" == running || "$status" == stopping ]] && ! podman exec "$name" true >/dev/null 2>&1; then
+        echo "up: $name is recorded as $status but its processes are gone (killed outside podman); recreating it"
+        testhost_remove "$name" 0
+    fi
 fi
 
 if podman container exists "$name"; then

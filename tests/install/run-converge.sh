@@ -36,9 +36,9 @@ changed_count() { grep -E "^$container +:" "$log/$1.log" | sed -E 's/.*changed=(
 
 timed wheelhouse scripts/build-wheelhouse.sh "$WHEELHOUSE"
 
-podman rm -f "$container" >/dev/null 2>&1 || true
+testhost_remove "$container" 2>/dev/null || true
 TESTHOST_IMAGE="$image" testhost/up.sh "$container" >/dev/null
-[[ "${KEEP:-0}" == 1 ]] || trap 'podman rm -f "$container" >/dev/null 2>&1 || true' EXIT
+[[ "${KEEP:-0}" == 1 ]] || trap 'testhost_remove "$container" 2>/dev/null || true' EXIT
 for _ in $(seq 30); do
     state=$(podman exec "$container" systemctl is-system-running 2>/dev/null || true)
     [[ "$state" == running || "$state" == degraded ]] && break

@@ -23,6 +23,8 @@
 #   3. The model check as the service user: a good model, a single-file drafter,
 #      and a broken directory (missing, unreadable and truncated shards).
 #   4. playbooks/collect.yml: model and drafter checksums; a second run hashes nothing.
+# Before those: testhost/up.sh and down.sh recover a container whose processes were
+# killed behind podman's back (tests/install/test_testhost_up.py).
 #
 # Usage: tests/install/run-host-checks.sh        (KEEP=1 keeps the container, CHECK_MODE=1 adds --check)
 # Env:   CONTAINER (sglang-hostchecks), TESTHOST_IMAGE (testhost/common.sh),
@@ -73,6 +75,8 @@ timed jit-wheelhouse scripts/build-wheelhouse.sh "$jit_wheelhouse" --jit
 # The facts the JIT check mirrors, read from those wheels.
 JIT_WHEELHOUSE="$jit_wheelhouse" REQUIRE_JIT_WHEELS=1 timed jit-wheel-facts \
     .venv/bin/python -m pytest -q -p no:cacheprovider tests/install/test_jit_wheel_facts.py
+# up.sh and down.sh with a container whose processes were killed behind podman's back.
+SGLANG_TESTHOST=1 timed testhost-up .venv/bin/python -m pytest -q -p no:cacheprovider tests/install/test_testhost_up.py
 # The venv: inventory/local's local wheels plus the JIT check's wheels (sha256 from SHA256SUMS).
 "${PYTHON:-.venv/bin/python}" - "$jit_wheelhouse" "$log/jit-wheels.json" <<'PY'
 import json, pathlib, sys
@@ -84,10 +88,10 @@ for line in (jit / "SHA256SUMS").read_text().splitlines():
 pathlib.Path(sys.argv[2]).write_text(json.dumps({"python_env_local_wheels": wheels}))
 PY
 
-podman rm -f "$CONTAINER" >/dev/null 2>&1 || true
+testhost_remove "$CONTAINER" 2>/dev/null || true
 cleanup() {
     [[ -n "${repo_pid:-}" ]] && kill "$repo_pid" 2>/dev/null
-    [[ "${KEEP:-0}" == 1 ]] || podman rm -f "$CONTAINER" >/dev/null 2>&1 || true
+    [[ "${KEEP:-0}" == 1 ]] || testhost_remove "$CONTAINER" 2>/dev/null || true
 }
 trap cleanup EXIT
 timed boot testhost/up.sh "$CONTAINER"
