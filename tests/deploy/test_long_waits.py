@@ -46,7 +46,15 @@ def _waits() -> list[tuple[Path, dict]]:
 
 def test_the_long_waits_are_found():
     modules = {next(m for m in t if m.startswith("sglang_")) for _, t in _waits()}
-    assert modules == {*LONG_WAITS, "sglang_gpu_state"}
+    # the GPU wait after a stop runs inside the stop's job (sglang_stop_wait gpus:), not as a job of its own
+    assert modules == LONG_WAITS
+
+
+def test_the_gpu_wait_after_the_stop_is_part_of_the_stop_job():
+    service = _tasks(yaml.safe_load((ROOT / "roles/sglang_service/tasks/service.yml").read_text()))
+    stops = [t for t in service if "sglang_stop_wait" in t and t.get("register") == "_sglang_service_stop"]
+    assert len(stops) == 1 and "_sglang_service_gpu_ids" in str(stops[0]["sglang_stop_wait"]["gpus"])
+    assert not [t for t in service if isinstance(t.get("sglang_gpu_state"), dict) and t["sglang_gpu_state"].get("wait")]
 
 
 @pytest.mark.parametrize(("path", "task"), _waits(), ids=lambda v: v["name"] if isinstance(v, dict) else v.name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -326,3 +327,63 @@ def test_the_readiness_echo_check_and_the_sweep_gate_are_one_check(reported, sho
     gate = check_echo(ServerInfo(raw=reported, path="/server_info"), cfg)
     assert [p.split(":")[0] for p in host_side] == [m.field for m in gate]
     assert [k for k, _, _ in spec_config.echo_differences(reported, expected)] == [m.field for m in gate]
+
+
+# ---- the stop job's GPU wait ----------------------------------------------------------------------
+
+
+class _Failed(Exception):
+    pass
+
+
+class _FakeModule:
+    def fail_json(self, **kw):
+        raise _Failed(kw)
+
+
+def _fake_smi(tmp_path: Path, held_reads: int) -> str:
+    """An nvidia-smi whose GPU 1 is held by pid 4242 for the first HELD_READS reads, then free."""
+    counter = tmp_path / "reads"
+    counter.write_text("0")
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(
+        f"""#!/bin/sh
+n=$(cat {counter})
+case "$1" in
+  --query-gpu=*) echo $((n + 1)) > {counter}
+     echo "0, GPU-a, G, 0, 97887, Default, Disabled, Disabled"
+     if [ "$n" -lt {held_reads} ]; then used=80000; else used=0; fi
+     echo "1, GPU-b, G, $used, 97887, Default, Disabled, Disabled" ;;
+  --query-compute-apps=*) if [ "$n" -le {held_reads} ]; then echo "4242, GPU-b, 80000, python"; fi ;;
+esac
+"""
+    )
+    smi.chmod(0o755)
+    return str(smi)
+
+
+def _stop_params(smi: str, timeout: float = 10.0) -> dict:
+    return {"unit": "u", "timeout": timeout, "poll_interval": 0.05, "gpus": [0, 1], "gpu_required": True,
+            "gpu_memory_used_max_mib": 1024, "gpu_compute_modes_allowed": ["Default"], "nvidia_smi": smi}  # fmt: skip
+
+
+def test_the_stop_job_waits_until_the_gpus_are_free(tmp_path: Path):
+    smi = _fake_smi(tmp_path, held_reads=3)
+    result: dict = {}
+    stop.wait_for_gpus(_FakeModule(), _stop_params(smi), time.monotonic() + 10, result)
+    assert result["gpu_checked"] is True and result["gpu_free_waited_s"] > 0
+    assert int((tmp_path / "reads").read_text()) == 4  # three held reads, then the free one
+
+
+def test_the_stop_job_fails_naming_what_still_holds_the_gpu(tmp_path: Path):
+    smi = _fake_smi(tmp_path, held_reads=10**6)
+    with pytest.raises(_Failed) as failed:
+        stop.wait_for_gpus(_FakeModule(), _stop_params(smi, timeout=0.3), time.monotonic() + 0.3, {})
+    msg = failed.value.args[0]["msg"]
+    assert "not free 0 s after the stop of u" in msg and "80000 MiB held by pid 4242 (python)" in msg
+
+
+def test_the_stop_job_requires_nvidia_smi_when_told(tmp_path: Path):
+    with pytest.raises(_Failed) as failed:
+        stop.wait_for_gpus(_FakeModule(), _stop_params(str(tmp_path / "absent")), time.monotonic() + 1, {})
+    assert "is not installed" in failed.value.args[0]["msg"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -377,3 +378,36 @@ def test_a_stop_drains_the_requests_in_flight(tmp_path: Path):
     finally:
         rc, _, out = reconfigure(tmp_path, name="after-drain")
         assert rc == 0, out[-3000:]
+
+
+# ---- 8. a reconfigure runs only what a config change needs ------------------------------------------
+
+
+def _task_outcome(out: str, task: str) -> str:
+    """The first word after a task's banner in ansible's default output (ok, changed, skipping...)."""
+    match = re.search(re.escape(f"TASK [{task}]") + r"[^\n]*\n(\w+)", out)
+    assert match, f"task {task!r} not in the output"
+    return match.group(1)
+
+
+def test_a_reconfigure_skips_the_host_setup_while_its_stamp_matches(tmp_path: Path):
+    stamp = f"/var/lib/sglang-deploy/{UNIT}.setup.sha256"
+    setup_task = "sglang_service : Create the dedicated system user"
+    # --check: nothing restarts or changes; the stamp is read all the same (check_mode: false)
+    rc, _, out = reconfigure(tmp_path, "--check", name="stamp-current")
+    assert rc == 0, out[-3000:]
+    assert _task_outcome(out, setup_task) == "skipping"
+    assert _task_outcome(out, "sglang_service : Install the launcher and the device-node check") == "skipping"
+    # forced back on
+    rc, _, out = reconfigure(tmp_path, "--check", "-e", "sglang_service_setup=always", name="stamp-forced")
+    assert rc == 0 and _task_outcome(out, setup_task) == "ok", out[-3000:]
+    # a stamp from other setup inputs (another release of the role): the setup runs
+    original = sh("cat", stamp).stdout
+    try:
+        sh("sh", "-c", f"echo 0000 > {stamp}")
+        rc, _, out = reconfigure(tmp_path, "--check", name="stamp-stale")
+        assert rc == 0 and _task_outcome(out, setup_task) == "ok", out[-3000:]
+        stamp_task = "sglang_service : Stamp the host setup (a reconfigure with the same setup inputs skips it)"
+        assert _task_outcome(out, stamp_task) == "changed"
+    finally:
+        sh("sh", "-c", f"printf %s '{original.strip()}' > {stamp} && echo >> {stamp}")

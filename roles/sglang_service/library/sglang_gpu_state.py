@@ -24,12 +24,15 @@ running server is stopped, and after the stop).
 from __future__ import annotations
 
 import shutil
-import subprocess
-import time
-from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_host import unit_pids
+from ansible.module_utils.sglang_gpu import (  # noqa: F401 (parse_*, problems_of: unit-tested through here)
+    SmiError,
+    gpu_state,
+    parse_apps,
+    parse_gpus,
+    problems_of,
+)
 
 DOCUMENTATION = r"""
 module: sglang_gpu_state
@@ -50,116 +53,6 @@ options:
   poll_interval: {description: seconds between polls, type: float, default: 1}
 author: [sglang-ddtree deploy]
 """
-
-GPU_FIELDS = (
-    "index", "uuid", "name", "memory.used", "memory.total", "compute_mode", "mig.mode.current", "mig.mode.pending",
-)  # fmt: skip
-APP_FIELDS = ("pid", "gpu_uuid", "used_memory", "process_name")
-
-
-class SmiError(RuntimeError):
-    pass
-
-
-def _run(smi, args):
-    res = subprocess.run([smi, *args], check=False, capture_output=True, text=True, timeout=60)
-    if res.returncode != 0:
-        raise SmiError(f"{smi} {' '.join(args)} failed (rc={res.returncode}): {(res.stderr or res.stdout).strip()}")
-    return res.stdout
-
-
-def _number(text):
-    text = text.strip()
-    try:
-        return int(float(text))
-    except ValueError:
-        return None  # "[N/A]", "[Not Supported]"
-
-
-def parse_gpus(text):
-    gpus = []
-    for line in text.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) != len(GPU_FIELDS) or not parts[0].isdigit():
-            continue
-        row = dict(zip(GPU_FIELDS, parts, strict=True))
-        gpus.append(
-            {
-                "index": int(row["index"]),
-                "uuid": row["uuid"],
-                "name": row["name"],
-                "memory_used_mib": _number(row["memory.used"]),
-                "memory_total_mib": _number(row["memory.total"]),
-                "compute_mode": row["compute_mode"],
-                "mig_current": row["mig.mode.current"],
-                "mig_pending": row["mig.mode.pending"],
-            }
-        )
-    return gpus
-
-
-def parse_apps(text):
-    apps = []
-    for line in text.splitlines():
-        parts = [p.strip() for p in line.split(",", len(APP_FIELDS) - 1)]
-        if len(parts) != len(APP_FIELDS) or not parts[0].isdigit():
-            continue
-        apps.append(
-            {"pid": int(parts[0]), "gpu_uuid": parts[1], "used_mib": _number(parts[2]), "process_name": parts[3]}
-        )
-    return apps
-
-
-def comm(pid):
-    try:
-        return Path(f"/proc/{pid}/comm").read_text(encoding="utf-8", errors="replace").strip()
-    except OSError:
-        return "?"
-
-
-def problems_of(gpus, apps, targets, *, allowed, max_unattributed, modes_allowed):
-    """Every reason the target GPUs cannot take the server now (pure: unit-tested)."""
-    problems = []
-    by_index = {g["index"]: g for g in gpus}
-    missing = [i for i in targets if i not in by_index]
-    if missing:
-        problems.append(f"GPU(s) {missing} not found (nvidia-smi lists {sorted(by_index)})")
-    for index in targets:
-        gpu = by_index.get(index)
-        if gpu is None:
-            continue
-        label = f"GPU {index} ({gpu['name']}, {gpu['uuid']})"
-        if gpu["compute_mode"] not in modes_allowed:
-            why = {
-                "Prohibited": "no process may create a CUDA context on it",
-                "Exclusive_Process": "one process may hold a context on it; anything else holding one stops the server",
-            }.get(gpu["compute_mode"], "not an allowed compute mode")
-            problems.append(
-                f"{label} compute mode is {gpu['compute_mode']}: {why} "
-                f"(allowed: {', '.join(modes_allowed)}; nvidia-smi -i {index} -c DEFAULT)"
-            )
-        for key, when in (("mig_current", "enabled"), ("mig_pending", "pending (enabled at the next GPU reset)")):
-            if gpu[key] == "Enabled":
-                problems.append(
-                    f"{label} MIG mode is {when}: CUDA sees MIG instances, not the whole GPU the server is sized for "
-                    f"(nvidia-smi -i {index} -mig 0)"
-                )
-                break
-        held = [a for a in apps if a["gpu_uuid"] == gpu["uuid"]]
-        foreign = [a for a in held if a["pid"] not in allowed]
-        for app in foreign:
-            name = app["process_name"] or comm(app["pid"])
-            used = "?" if app["used_mib"] is None else app["used_mib"]
-            problems.append(f"{label}: {used} MiB held by pid {app['pid']} ({name}), not a process of this service")
-        accounted = sum(a["used_mib"] or 0 for a in held)
-        used_total = gpu["memory_used_mib"]
-        if used_total is not None and used_total - accounted > max_unattributed:
-            problems.append(
-                f"{label}: {used_total - accounted} MiB in use that no listed process accounts for "
-                f"({used_total} MiB used, {accounted} MiB by listed processes; allowed {max_unattributed} MiB): "
-                "a process in another container or VM, or a leaked context"
-            )
-    return problems
 
 
 def main():
@@ -183,47 +76,28 @@ def main():
         if p["required"]:
             module.fail_json(msg=f"{p['nvidia_smi']} is not installed: the GPU state cannot be checked")
         module.exit_json(changed=False, checked=False, skipped_reason=f"no {p['nvidia_smi']} on this host")
-
-    t0 = time.monotonic()
-    while True:
-        try:
-            gpus = parse_gpus(_run(smi, ["--query-gpu=" + ",".join(GPU_FIELDS), "--format=csv,noheader,nounits"]))
-            apps = parse_apps(
-                _run(smi, ["--query-compute-apps=" + ",".join(APP_FIELDS), "--format=csv,noheader,nounits"])
-            )
-        except (SmiError, OSError, subprocess.TimeoutExpired) as exc:
-            module.fail_json(msg=f"reading the GPU state failed: {exc}")
-        allowed = unit_pids(p["unit"])
-        problems = problems_of(
-            gpus,
-            apps,
+    try:
+        problems, details = gpu_state(
+            smi,
             p["gpus"],
-            allowed=allowed,
+            unit=p["unit"],
             max_unattributed=p["memory_used_max_mib"],
             modes_allowed=p["compute_modes_allowed"],
+            wait=p["wait"],
+            timeout=p["timeout"],
+            poll_interval=p["poll_interval"],
         )
-        waited = round(time.monotonic() - t0, 3)
-        if not problems:
-            break
-        if not p["wait"] or time.monotonic() - t0 > p["timeout"]:
-            module.fail_json(
-                msg="the target GPUs cannot take the server: " + "; ".join(problems)
-                + (f" (after waiting {waited:.0f} s)" if p["wait"] else ""),
-                problems=problems,
-                gpus=[g for g in gpus if g["index"] in p["gpus"]],
-                processes=apps,
-                unit_pids=sorted(allowed),
-                waited_s=waited,
-            )
-        time.sleep(p["poll_interval"])
-    module.exit_json(
-        changed=False,
-        checked=True,
-        gpus=[g for g in gpus if g["index"] in p["gpus"]],
-        processes=apps,
-        unit_pids=sorted(allowed),
-        waited_s=waited,
-    )
+    except SmiError as exc:
+        module.fail_json(msg=f"reading the GPU state failed: {exc}")
+    if problems:
+        module.fail_json(
+            msg="the target GPUs cannot take the server: "
+            + "; ".join(problems)
+            + (f" (after waiting {details['waited_s']:.0f} s)" if p["wait"] else ""),
+            problems=problems,
+            **details,
+        )
+    module.exit_json(changed=False, checked=True, **details)
 
 
 if __name__ == "__main__":

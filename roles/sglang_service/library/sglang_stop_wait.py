@@ -6,18 +6,22 @@ runs ``systemctl stop`` (which also cancels a pending auto-restart), then polls
 until every old process has left /proc and nothing listens on the port any
 more. No fixed sleeps: it returns as soon as both hold, and fails naming what
 is left. A port held by some other process fails at once, naming the listener.
-GPU memory is the next task's (``sglang_gpu_state`` with ``wait: true``): it
-waits until nothing at all holds memory on the target GPUs.
+With ``gpus`` it then waits, within the same timeout and the same async job,
+until nothing at all holds memory on those GPUs (and their compute and MIG
+modes let the server start): after a stop the driver frees an exited
+process's memory a moment later. One job instead of two saves a poll round.
 """
 
 from __future__ import annotations
 
+import shutil
 import socket
 import subprocess
 import time
 from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_gpu import SmiError, gpu_state
 from ansible.module_utils.sglang_host import cgroup_pids, listeners, unit_show
 
 DOCUMENTATION = r"""
@@ -29,6 +33,14 @@ options:
   host: {description: address to probe, type: str, default: 127.0.0.1}
   timeout: {description: seconds to wait after the stop, type: float, default: 300}
   poll_interval: {description: seconds between polls, type: float, default: 0.5}
+  gpus: {description: "GPUs to wait for after the stop (empty: no GPU wait)", type: list, elements: int, default: []}
+  gpu_required:
+    description: fail when nvidia-smi is missing (otherwise the GPU wait is skipped)
+    type: bool
+    default: false
+  gpu_memory_used_max_mib: {description: memory no process accounts for allowed per GPU, type: int, default: 1024}
+  gpu_compute_modes_allowed: {description: compute modes accepted, type: list, elements: str, default: [Default]}
+  nvidia_smi: {description: the nvidia-smi to run, type: str, default: nvidia-smi}
 author: [sglang-ddtree deploy]
 """
 
@@ -57,6 +69,11 @@ def main():
             "host": {"type": "str", "default": "127.0.0.1"},
             "timeout": {"type": "float", "default": 300.0},
             "poll_interval": {"type": "float", "default": 0.5},
+            "gpus": {"type": "list", "elements": "int", "default": []},
+            "gpu_required": {"type": "bool", "default": False},
+            "gpu_memory_used_max_mib": {"type": "int", "default": 1024},
+            "gpu_compute_modes_allowed": {"type": "list", "elements": "str", "default": ["Default"]},
+            "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
         },
         supports_check_mode=True,
     )
@@ -108,7 +125,42 @@ def main():
         time.sleep(p["poll_interval"])
 
     result.update(stop_s=round(stop_s, 3), gone_s=round(time.monotonic() - t0, 3))
+    if p["gpus"]:
+        wait_for_gpus(module, p, deadline, result)
     module.exit_json(**result)
+
+
+def wait_for_gpus(module, p, deadline, result):
+    """After the old server is gone: wait until the target GPUs are free, until the stop's deadline."""
+    smi = shutil.which(p["nvidia_smi"])
+    if smi is None:
+        if p["gpu_required"]:
+            module.fail_json(msg=f"{p['nvidia_smi']} is not installed: the GPU state cannot be checked", **result)
+        result.update(gpu_checked=False, gpu_skipped_reason=f"no {p['nvidia_smi']} on this host")
+        return
+    try:
+        problems, details = gpu_state(
+            smi,
+            p["gpus"],
+            unit="",  # the old server is gone: nothing may hold memory now
+            max_unattributed=p["gpu_memory_used_max_mib"],
+            modes_allowed=p["gpu_compute_modes_allowed"],
+            wait=True,
+            timeout=max(0.0, deadline - time.monotonic()),
+            poll_interval=min(p["poll_interval"], 1.0),
+        )
+    except SmiError as exc:
+        module.fail_json(msg=f"reading the GPU state failed: {exc}", **result)
+    result.update(gpu_checked=True, gpu_free_waited_s=details["waited_s"])
+    if problems:
+        module.fail_json(
+            msg=f"the target GPUs are not free {p['timeout']:.0f} s after the stop of {p['unit']}: "
+            + "; ".join(problems),
+            problems=problems,
+            gpus=details["gpus"],
+            processes=details["processes"],
+            **result,
+        )
 
 
 if __name__ == "__main__":
