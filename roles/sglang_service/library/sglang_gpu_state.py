@@ -15,10 +15,9 @@ cause, when:
 - MIG is enabled, or pending (enabled at the next GPU reset): CUDA then sees
   MIG instances, not the whole GPUs the server is sized for.
 
-``wait: true`` polls until the GPUs are free (after a stop the driver frees
-an exited process's memory a moment later) and fails after ``timeout``.
 Used by the preflight role (early) and by the restart chain (before the
-running server is stopped, and after the stop).
+running server is stopped). The wait until the GPUs are free after a stop
+is sglang_stop_wait's (``gpus``), with the same checks (module_utils/sglang_gpu.py).
 """
 
 from __future__ import annotations
@@ -48,9 +47,6 @@ options:
   compute_modes_allowed: {description: compute modes accepted, type: list, elements: str, default: [Default]}
   required: {description: fail when nvidia-smi is missing (otherwise report skipped), type: bool, default: false}
   nvidia_smi: {description: the nvidia-smi to run, type: str, default: nvidia-smi}
-  wait: {description: poll until the GPUs are free or timeout passes, type: bool, default: false}
-  timeout: {description: seconds to wait (wait true), type: float, default: 120}
-  poll_interval: {description: seconds between polls, type: float, default: 1}
 author: [sglang-ddtree deploy]
 """
 
@@ -64,9 +60,6 @@ def main():
             "compute_modes_allowed": {"type": "list", "elements": "str", "default": ["Default"]},
             "required": {"type": "bool", "default": False},
             "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
-            "wait": {"type": "bool", "default": False},
-            "timeout": {"type": "float", "default": 120.0},
-            "poll_interval": {"type": "float", "default": 1.0},
         },
         supports_check_mode=True,
     )
@@ -83,17 +76,12 @@ def main():
             unit=p["unit"],
             max_unattributed=p["memory_used_max_mib"],
             modes_allowed=p["compute_modes_allowed"],
-            wait=p["wait"],
-            timeout=p["timeout"],
-            poll_interval=p["poll_interval"],
         )
     except SmiError as exc:
         module.fail_json(msg=f"reading the GPU state failed: {exc}")
     if problems:
         module.fail_json(
-            msg="the target GPUs cannot take the server: "
-            + "; ".join(problems)
-            + (f" (after waiting {details['waited_s']:.0f} s)" if p["wait"] else ""),
+            msg="the target GPUs cannot take the server: " + "; ".join(problems),
             problems=problems,
             **details,
         )

@@ -147,7 +147,7 @@ def wait_for_gpus(module, p, deadline, result):
             modes_allowed=p["gpu_compute_modes_allowed"],
             wait=True,
             timeout=max(0.0, deadline - time.monotonic()),
-            poll_interval=min(p["poll_interval"], 1.0),
+            poll_interval=p["poll_interval"],
         )
     except SmiError as exc:
         module.fail_json(msg=f"reading the GPU state failed: {exc}", **result)

@@ -124,7 +124,7 @@ def problems_of(gpus, apps, targets, *, allowed, max_unattributed, modes_allowed
     return problems
 
 
-def gpu_state(smi, targets, *, unit, max_unattributed, modes_allowed, wait, timeout, poll_interval):
+def gpu_state(smi, targets, *, unit, max_unattributed, modes_allowed, wait=False, timeout=0.0, poll_interval=1.0):
     """Read the target GPUs until no problem is left (``wait``) or ``timeout`` s pass.
 
     Returns ``(problems, details)``: ``problems`` empty when the GPUs can take the
