@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -37,8 +38,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from repro_py.sweep.grid import validate_config  # noqa: E402
+from repro_py.sweep.grid import PlannedConfig, validate_config  # noqa: E402
 from repro_py.sweep.inventory import load_target  # noqa: E402
+from repro_py.sweep.lease import HostLease, LeaseRefused, ansible_play_runner  # noqa: E402
 from repro_py.sweep.reconfigure import AnsibleReconfigurer, read_events  # noqa: E402
 
 GRID: list[dict[str, object]] = [
@@ -76,8 +78,27 @@ def main(argv: list[str] | None = None) -> int:
     reconf = AnsibleReconfigurer(ROOT, target)
     configs = [validate_config(raw, simulated=True) for raw in GRID]
     rows: list[dict[str, object]] = []
+    # the sweep's lease: taken once, carried by every play (which then only checks it is theirs)
+    lease = HostLease(ansible_play_runner(reconf.run_play, reconf.bundle), f"overhead-{os.getpid()}")
+    try:
+        print(lease.acquire(), flush=True)
+    except LeaseRefused as exc:
+        print(f"refused, nothing was restarted: {exc}")
+        return 3
+    reconf.lease_vars = lease.extravars()
+    try:
+        run_rounds(reconf, configs, args.rounds, rows)
+    finally:
+        print(lease.release(), flush=True)
+    return summarize(rows, target.hostvars.get("ansible_connection", "ssh"), args.json)
+
+
+def run_rounds(
+    reconf: AnsibleReconfigurer, configs: list[PlannedConfig], rounds: int, rows: list[dict[str, object]]
+) -> None:
+    """Each config once per round, each a real restart; one row per play (printed as it ends)."""
     with tempfile.TemporaryDirectory(prefix="reconfigure-overhead.") as tmp:
-        for rnd in range(args.rounds):
+        for rnd in range(rounds):
             for cfg in configs:
                 private = Path(tmp) / f"r{rnd}-{cfg.label}"
                 started = time.monotonic()
@@ -103,6 +124,10 @@ def main(argv: list[str] | None = None) -> int:
                     f"tasks {executed} executed / {counts['skipped']} skipped",
                     flush=True,
                 )
+
+
+def summarize(rows: list[dict[str, object]], conn: object, json_path: Path | None) -> int:
+    """The medians over the plays that ended ready after a restart; 1 when there is none."""
     good = [r for r in rows if r["status"] == "ready" and r["overhead_s"] is not None]
     unchanged = [r for r in rows if r["status"] == "ready" and r["overhead_s"] is None]
     failed = [r for r in rows if r["status"] != "ready"]
@@ -118,11 +143,10 @@ def main(argv: list[str] | None = None) -> int:
     med_over = statistics.median(float(r["overhead_s"]) for r in good)  # type: ignore[arg-type]
     med_tasks = statistics.median(int(r["tasks_executed"]) for r in good)  # type: ignore[call-overload]
     med_wall = statistics.median(float(r["wall_s"]) for r in good)  # type: ignore[arg-type]
-    conn = target.hostvars.get("ansible_connection", "ssh")
     print(f"\nconnection {conn}; {len(good)} plays; median wall {med_wall:.1f} s, median overhead {med_over:.1f} s "
           f"(target <= 10 s), median tasks executed {med_tasks:.0f}")  # fmt: skip
-    if args.json:
-        args.json.write_text(json.dumps({"connection": conn, "rows": rows, "median_overhead_s": med_over,
+    if json_path:
+        json_path.write_text(json.dumps({"connection": conn, "rows": rows, "median_overhead_s": med_over,
                                          "median_tasks_executed": med_tasks}, indent=2) + "\n")  # fmt: skip
     return 0
 

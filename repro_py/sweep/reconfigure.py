@@ -63,6 +63,8 @@ class ReconfigureOutcome:
             "changed": self.changed,
             "status": self.status,
             "main_pid": self.main_pid,
+            # what the NEW process echoed when the readiness check passed (its config as it runs)
+            "server_info_echo": dict(self.server_info_echo) if self.server_info_echo is not None else None,
             "artifacts": self.artifacts,
         }
 

@@ -35,7 +35,8 @@ class ConfigResult(TypedDict):
     fingerprint: dict[str, Any]
     #: ``/server_info`` of the engine that ran it: kind, version, sim_speed, max_total_num_tokens
     engine: dict[str, Any]
-    #: the restart: time_to_ready_s, invocation_id, wall_s, changed, status, main_pid, artifacts
+    #: the restart: time_to_ready_s, invocation_id, wall_s, changed, status, main_pid,
+    #: server_info_echo (the new process's echo at readiness), artifacts
     reconfigure: dict[str, Any]
     #: ``repro_py.bench`` result: cells and settings
     bench: dict[str, Any]

@@ -6,7 +6,10 @@ is refused at once.) Run as one synchronous module, each keeps one SSH session
 silent that long, and an idle timeout on the way cuts it: the play then fails
 although the server is fine. As async jobs they run on the host and the
 controller asks every sglang_service_async_poll seconds over a short connection.
-(molecule and the test-host sweep run these tasks through the async path.)
+The restart chain's stop and readiness wait may first wait synchronously, but
+for at most sglang_service_sync_wait_s (<= 30 s): what is left goes on in the
+next task, the same module resumed as a polled async job.
+(molecule and the test-host sweep run these tasks through both paths.)
 """
 
 from __future__ import annotations
@@ -52,13 +55,61 @@ def test_the_long_waits_are_found():
 
 def test_the_gpu_wait_after_the_stop_is_part_of_the_stop_job():
     service = _tasks(yaml.safe_load((ROOT / "roles/sglang_service/tasks/service.yml").read_text()))
-    stops = [t for t in service if "sglang_stop_wait" in t and t.get("register") == "_sglang_service_stop"]
+    stops = [t for t in service if "sglang_stop_wait" in t and t.get("register") == "_sglang_service_stop_sync"]
     assert len(stops) == 1 and "_sglang_service_gpu_ids" in str(stops[0]["sglang_stop_wait"]["gpus"])
     assert not [t for t in service if isinstance(t.get("sglang_gpu_state"), dict) and t["sglang_gpu_state"].get("wait")]
 
 
+def _next_task(path: Path, task: dict) -> dict | None:
+    """The task right after ``task`` in the same task list (block, rescue or file)."""
+
+    def lists(node: object) -> list[list[dict]]:
+        out: list[list[dict]] = []
+        if isinstance(node, list):
+            out.append([t for t in node if isinstance(t, dict)])
+            for item in node:
+                out += lists(item)
+        elif isinstance(node, dict):
+            for key in ("block", "rescue", "always"):
+                out += lists(node.get(key))
+        return out
+
+    for siblings in lists(yaml.safe_load(path.read_text())):
+        for i, sibling in enumerate(siblings):
+            if sibling == task:
+                return siblings[i + 1] if i + 1 < len(siblings) else None
+    return None
+
+
 @pytest.mark.parametrize(("path", "task"), _waits(), ids=lambda v: v["name"] if isinstance(v, dict) else v.name)
 def test_each_long_wait_is_async_and_polled(path: Path, task: dict):
+    module = next(m for m in task if m in LONG_WAITS)
     assert "async" in task and "poll" in task, f"{path.name}: '{task['name']}' runs synchronously"
     assert "sglang_service_async_poll" in str(task["poll"])
     assert "timeout" in str(task["async"]), task["async"]
+    if "sync_limit" not in task[module]:
+        assert "sync_wait_s" not in str(task["async"]), f"'{task['name']}' runs synchronously without a limit"
+        return
+    # a bounded synchronous first part: async only when sglang_service_sync_wait_s is 0
+    assert "sglang_service_sync_wait_s" in str(task[module]["sync_limit"])
+    assert "sglang_service_sync_wait_s" in str(task["async"])
+    rest = _next_task(path, task)
+    assert rest is not None and module in rest, f"'{task['name']}' has no async rest after it"
+    assert f"{task['register']}.resume" in str(rest[module]["resume"])
+    assert f"{task['register']}.pending" in str(rest["when"])
+    assert "timeout" in str(rest["async"]) and "sync_wait_s" not in str(rest["async"])
+    assert "sglang_service_async_poll" in str(rest["poll"])
+    # the rest waits for the same thing, with the same arguments
+    first = {k: v for k, v in task[module].items() if k != "sync_limit"}
+    assert first == {k: v for k, v in rest[module].items() if k != "resume"}
+
+
+def test_the_synchronous_part_of_a_wait_is_bounded():
+    specs = yaml.safe_load((ROOT / "roles/sglang_service/meta/argument_specs.yml").read_text())
+    option = specs["argument_specs"]["main"]["options"]["sglang_service_sync_wait_s"]
+    resolve = yaml.safe_load((ROOT / "roles/sglang_service/tasks/resolve.yml").read_text())
+    validate = next(t["ddtree_validate"] for t in resolve if "ddtree_validate" in t)
+    bounds = validate["integers"]["sglang_service_sync_wait_s"]
+    assert option["default"] <= 30 and bounds["max"] <= 30 and bounds["min"] == 0
+    restart_chain = (ROOT / "roles/sglang_service/tasks/service.yml").read_text()
+    assert restart_chain.count("sync_limit:") == 2  # the stop and the readiness wait

@@ -99,7 +99,7 @@ def test_merge_keeps_explicit_and_drops_unused_defaults():
 # ---- GPU state: held memory, compute mode, MIG ---------------------------------------------------
 
 gpu = load_module("sglang_gpu_state", ROOT / "roles/sglang_service/library/sglang_gpu_state.py")
-pre = load_module("sglang_precheck", ROOT / "roles/sglang_service/library/sglang_precheck.py")
+pre = load_module("sglang_precheck", ROOT / "roles/sglang_service/module_utils/sglang_precheck.py")
 
 SMI_GPUS = (
     "0, GPU-a, NVIDIA RTX PRO 6000, 15, 97887, Default, Disabled, Disabled\n"
@@ -290,7 +290,8 @@ def test_the_role_asks_for_the_refusal_exactly_for_ddtree():
     rule = "{{ 'refused' if _sglang_service_spec.algorithm == 'ddtree' else 'served' }}"
     assert f'_sglang_service_sampling: "{rule}"' in text
     body = (ROOT / "roles/sglang_service/tasks/service.yml").read_text()
-    assert body.count('sampling: "{{ _sglang_service_sampling }}"') == 3
+    # the readiness wait and its async rest, the probe without a restart, the record
+    assert body.count('sampling: "{{ _sglang_service_sampling }}"') == 4
 
 
 # ---- one echo comparison: the host module and the sweep's gate agree ---------------------------------

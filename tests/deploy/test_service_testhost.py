@@ -396,8 +396,11 @@ def test_a_reconfigure_skips_the_host_setup_while_its_stamp_matches(tmp_path: Pa
     # --check: nothing restarts or changes; the stamp is read all the same (check_mode: false)
     rc, _, out = reconfigure(tmp_path, "--check", name="stamp-current")
     assert rc == 0, out[-3000:]
-    assert _task_outcome(out, setup_task) == "skipping"
-    assert _task_outcome(out, "sglang_service : Install the launcher and the device-node check") == "skipping"
+    # one skipped include: none of the setup's tasks is even listed
+    include = "sglang_service : Install the service user, directories, helpers and simulated fixtures"
+    assert _task_outcome(out, include) == "skipping"
+    assert f"TASK [{setup_task}]" not in out
+    assert "TASK [sglang_service : Install the launcher and the device-node check]" not in out
     # forced back on
     rc, _, out = reconfigure(tmp_path, "--check", "-e", "sglang_service_setup=always", name="stamp-forced")
     assert rc == 0 and _task_outcome(out, setup_task) == "ok", out[-3000:]
@@ -411,3 +414,22 @@ def test_a_reconfigure_skips_the_host_setup_while_its_stamp_matches(tmp_path: Pa
         assert _task_outcome(out, stamp_task) == "changed"
     finally:
         sh("sh", "-c", f"printf %s '{original.strip()}' > {stamp} && echo >> {stamp}")
+
+
+def test_a_stop_and_a_start_longer_than_the_sync_limit_go_on_as_async_jobs(tmp_path: Path):
+    """With a 1 s limit the simulated stop (1 s drain) and start (3 s load) outlast their first part."""
+    before = unit()
+    rc, report, out = reconfigure(tmp_path, "-e", "budget=12", "-e", "topk=6", "-e", "sglang_service_sync_wait_s=1",
+                                  name="sync-limit")  # fmt: skip
+    assert rc == 0 and report["status"] == "ready", out[-3000:]
+    for rest in ("Go on waiting until the old server is gone (a polled async job)",
+                 "Go on waiting until the NEW invocation is ready (a polled async job)"):  # fmt: skip
+        assert _task_outcome(out, f"sglang_service : {rest}") in ("ASYNC", "changed", "ok"), out[-3000:]
+    assert report["invocation_id"] != before["InvocationID"] == report["stop"]["old_invocation_id"]
+    assert report["invocation_id"] == unit()["InvocationID"] and serving()
+    # the limit's default: both finish in their first part, the rests are skipped
+    rc, report, out = reconfigure(tmp_path, name="sync-default")
+    assert rc == 0 and report["status"] == "ready", out[-3000:]
+    stop_rest = "sglang_service : Go on waiting until the old server is gone (a polled async job)"
+    assert _task_outcome(out, stop_rest) == "skipping"
+

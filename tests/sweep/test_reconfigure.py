@@ -260,6 +260,8 @@ def test_the_report_comes_from_the_play_stats_before_the_side_file(
     cfg = validate_config({"budget": 8, "topk": 4}, simulated=True)
     out = AnsibleReconfigurer(bundle, target).reconfigure(cfg, tmp_path / "a", threading.Event())
     assert out.ok and out.invocation_id == "from-stats" and out.time_to_ready_s == 2.5
+    # the new process's echo reaches the per-config result (it was carried along, then dropped)
+    assert out.as_result()["server_info_echo"] == {"budget": 8}
 
 
 def test_the_side_file_serves_when_the_play_has_no_stats(

@@ -10,6 +10,12 @@ With ``gpus`` it then waits, within the same timeout and the same async job,
 until nothing at all holds memory on those GPUs (and their compute and MIG
 modes let the server start): after a stop the driver frees an exited
 process's memory a moment later. One job instead of two saves a poll round.
+
+With ``sync_limit`` the module waits at most that long in this run and then,
+if the old server is not gone yet, returns ``pending`` and a ``resume``
+state; the role goes on with the same module as a polled async job
+(``resume``), so a quick stop costs one round trip and a long drain never
+keeps one SSH session silent for longer than ``sync_limit``.
 """
 
 from __future__ import annotations
@@ -41,6 +47,14 @@ options:
   gpu_memory_used_max_mib: {description: memory no process accounts for allowed per GPU, type: int, default: 1024}
   gpu_compute_modes_allowed: {description: compute modes accepted, type: list, elements: str, default: [Default]}
   nvidia_smi: {description: the nvidia-smi to run, type: str, default: nvidia-smi}
+  sync_limit:
+    description: "return pending (with resume) when not done after this many seconds; 0: wait until done or timeout"
+    type: float
+    default: 0
+  resume:
+    description: "the resume state of a pending run: go on waiting, the stop already issued"
+    type: dict
+    default: {}
 author: [sglang-ddtree deploy]
 """
 
@@ -74,28 +88,43 @@ def main():
             "gpu_memory_used_max_mib": {"type": "int", "default": 1024},
             "gpu_compute_modes_allowed": {"type": "list", "elements": "str", "default": ["Default"]},
             "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
+            "sync_limit": {"type": "float", "default": 0.0},
+            "resume": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
     p = module.params
-    before = unit_show(p["unit"], ("ActiveState", "SubState", "MainPID", "InvocationID", "ControlGroup"))
-    main_pid = int(before.get("MainPID") or 0)
-    old = cgroup_pids(before.get("ControlGroup", ""))
-    if main_pid:
-        old.add(main_pid)
-    was_running = before.get("ActiveState") in ("active", "activating", "reloading", "deactivating")
-    result = {
-        "changed": was_running,
-        "old_main_pid": main_pid,
-        "old_invocation_id": before.get("InvocationID", ""),
-        "old_pids": sorted(old),
-        "old_state": before.get("ActiveState", ""),
-    }
-    if module.check_mode:
-        module.exit_json(**result)
+    if p["resume"]:
+        # a pending run's state: the stop was issued at t0_epoch (the same timeout counts from there)
+        result = dict(p["resume"]["result"])
+        old = set(result["old_pids"])
+        t0 = time.monotonic() - max(0.0, time.time() - float(p["resume"]["t0_epoch"]))
+    else:
+        result, old = before_stop(p["unit"])
+        if module.check_mode:
+            module.exit_json(**result)
+        t0 = time.monotonic()
+    sync_end = time.monotonic() + p["sync_limit"] if p["sync_limit"] > 0 else None
 
-    t0 = time.monotonic()
-    stop = subprocess.run(["systemctl", "stop", p["unit"]], check=False, capture_output=True, text=True)
+    def pending():
+        module.exit_json(
+            pending=True,
+            resume={"result": result, "t0_epoch": time.time() - (time.monotonic() - t0)},
+            waited_s=round(time.monotonic() - t0, 3),
+            **result,
+        )
+
+    try:
+        # joins the stop job of a pending run (systemctl stop waits for the unit's stop job)
+        stop = subprocess.run(
+            ["systemctl", "stop", p["unit"]],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=None if sync_end is None else max(0.1, sync_end - time.monotonic()),
+        )
+    except subprocess.TimeoutExpired:  # the stop job goes on in systemd (killing the client cancels nothing)
+        pending()
     if stop.returncode != 0 and "not loaded" not in stop.stderr:
         module.fail_json(msg=f"systemctl stop {p['unit']} failed: {stop.stderr.strip()}", **result)
     stop_s = time.monotonic() - t0
@@ -122,16 +151,39 @@ def main():
                 listeners=[line for line, _ in listeners(p["port"])],
                 **result,
             )
+        if sync_end is not None and time.monotonic() > sync_end:
+            pending()
         time.sleep(p["poll_interval"])
 
     result.update(stop_s=round(stop_s, 3), gone_s=round(time.monotonic() - t0, 3))
     if p["gpus"]:
-        wait_for_gpus(module, p, deadline, result)
+        wait_for_gpus(module, p, deadline, result, until=sync_end, pending=pending)
     module.exit_json(**result)
 
 
-def wait_for_gpus(module, p, deadline, result):
-    """After the old server is gone: wait until the target GPUs are free, until the stop's deadline."""
+def before_stop(unit):
+    """The unit's processes and identity before the stop (the result's ``old_*``), and its PIDs."""
+    before = unit_show(unit, ("ActiveState", "SubState", "MainPID", "InvocationID", "ControlGroup"))
+    main_pid = int(before.get("MainPID") or 0)
+    old = cgroup_pids(before.get("ControlGroup", ""))
+    if main_pid:
+        old.add(main_pid)
+    was_running = before.get("ActiveState") in ("active", "activating", "reloading", "deactivating")
+    result = {
+        "changed": was_running,
+        "old_main_pid": main_pid,
+        "old_invocation_id": before.get("InvocationID", ""),
+        "old_pids": sorted(old),
+        "old_state": before.get("ActiveState", ""),
+    }
+    return result, old
+
+
+def wait_for_gpus(module, p, deadline, result, *, until=None, pending=None):
+    """After the old server is gone: wait until the target GPUs are free, until the stop's deadline
+    (or ``until``, this run's sync limit, when earlier: then still held is ``pending()``, not a failure)."""
+    if until is None or until >= deadline:
+        until, pending = deadline, None
     smi = shutil.which(p["nvidia_smi"])
     if smi is None:
         if p["gpu_required"]:
@@ -146,12 +198,14 @@ def wait_for_gpus(module, p, deadline, result):
             max_unattributed=p["gpu_memory_used_max_mib"],
             modes_allowed=p["gpu_compute_modes_allowed"],
             wait=True,
-            timeout=max(0.0, deadline - time.monotonic()),
+            timeout=max(0.0, until - time.monotonic()),
             poll_interval=p["poll_interval"],
         )
     except SmiError as exc:
         module.fail_json(msg=f"reading the GPU state failed: {exc}", **result)
     result.update(gpu_checked=True, gpu_free_waited_s=details["waited_s"])
+    if problems and pending is not None:
+        pending()
     if problems:
         module.fail_json(
             msg=f"the target GPUs are not free {p['timeout']:.0f} s after the stop of {p['unit']}: "

@@ -25,6 +25,12 @@ file, JSON ``{"api_key": ...}``), so it never travels as a module argument.
 
 After the echo it re-reads the unit: the same invocation must still be running,
 so every answer came from the new process.
+
+With ``sync_limit`` it waits at most that long in this run and then, if not
+ready yet, returns ``pending`` and a ``resume`` state (the invocation seen,
+when the wait began); the role goes on with the same module as a polled async
+job (``resume``): a quick start costs one round trip, and a weight load of
+minutes never keeps one SSH session silent for longer than ``sync_limit``.
 """
 
 from __future__ import annotations
@@ -69,6 +75,11 @@ options:
     choices: [served, refused]
     default: served
   journal_lines: {description: journal lines returned on failure, type: int, default: 40}
+  sync_limit:
+    description: "return pending (with resume) when not ready after this many seconds; 0: wait until ready or timeout"
+    type: float
+    default: 0
+  resume: {description: "the resume state of a pending run: go on waiting for the same start", type: dict, default: {}}
 author: [sglang-ddtree deploy]
 """
 
@@ -279,6 +290,8 @@ def main():
             "expect": {"type": "dict", "default": {}},
             "sampling": {"type": "str", "default": "served", "choices": ["served", "refused"]},
             "journal_lines": {"type": "int", "default": 40},
+            "sync_limit": {"type": "float", "default": 0.0},
+            "resume": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
@@ -293,10 +306,16 @@ def main():
     if api_key:
         module.no_log_values.add(api_key)  # masked in anything this module returns
     base = f"http://{p['host']}:{p['port']}"
-    t0 = time.monotonic()
-    began_epoch = time.time() - 1.0
+    resume = p["resume"]
+    t0 = time.monotonic() - (max(0.0, time.time() - float(resume["t0_epoch"])) if resume else 0.0)
+    began_epoch = float(resume["began_epoch"]) if resume else time.time() - 1.0
     deadline = t0 + p["timeout"]
-    state = {"require_new": p["require_new_invocation"], "previous": p["previous_invocation_id"], "invocation": None}
+    sync_end = time.monotonic() + p["sync_limit"] if p["sync_limit"] > 0 else None
+    state = {
+        "require_new": p["require_new_invocation"],
+        "previous": p["previous_invocation_id"],
+        "invocation": resume.get("invocation") or None,  # a restart after the first part saw it still fails
+    }
     phase = "unit"
     phases = {}
     last_wait = ""
@@ -337,8 +356,12 @@ def main():
                     phases["generate_s"] = round(time.monotonic() - t0, 3)
                 if phase == "sample":
                     # the first sampled request may build the sampling kernels: allow the rest of the budget
+                    # (within a sync_limit: no longer than it; a timeout is "not yet", the async part goes on)
+                    budget = max(60.0, deadline - time.monotonic())
+                    if sync_end is not None:
+                        budget = min(budget, max(1.0, sync_end - time.monotonic()))
                     generation["sampled_text"] = sampled_generation(
-                        base, api_key, max(60.0, deadline - time.monotonic()), state["invocation"], p["sampling"]
+                        base, api_key, budget, state["invocation"], p["sampling"]
                     )
                     phase = "echo"
                     phases["sample_s"] = round(time.monotonic() - t0, 3)
@@ -366,6 +389,19 @@ def main():
                 raise EngineFailed(
                     f"not ready after {p['timeout']:.0f} s (phase {phase}; last: {last_wait or 'n/a'})",
                     state["invocation"] or props.get("InvocationID", ""),
+                )
+            if sync_end is not None and time.monotonic() > sync_end:
+                module.exit_json(
+                    changed=False,
+                    ready=False,
+                    pending=True,
+                    phase=phase,
+                    waited_s=round(time.monotonic() - t0, 3),
+                    resume={
+                        "invocation": state["invocation"] or "",
+                        "began_epoch": began_epoch,
+                        "t0_epoch": time.time() - (time.monotonic() - t0),
+                    },
                 )
             time.sleep(p["poll_interval"])
     except EngineFailed as exc:
