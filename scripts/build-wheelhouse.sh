@@ -103,7 +103,7 @@ else
             -r "$lock" -d "$dir"
     done
     if [[ $production -eq 0 && $jit -eq 0 ]]; then
-        if ! echo "$sglang_sha256  $dir/$sglang_wheel" | sha256sum --quiet -c - 2>/dev/null; then
+        if ! echo "$sglang_sha256  $dir/$sglang_wheel" | sha256sum --quiet -c - >/dev/null 2>&1; then  # absent or stale: download
             echo "build-wheelhouse: downloading sglang==$sglang_version (--no-deps)"
             tmpreq=$(mktemp)
             echo "sglang==$sglang_version --hash=sha256:$sglang_sha256" > "$tmpreq"
