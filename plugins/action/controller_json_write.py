@@ -2,9 +2,9 @@
 
 ``controller_json_write`` runs in the controller's worker process: no module is
 built, transferred or started (a delegated ``copy`` to localhost costs a local
-module run, about half a second on a small controller). The file is written to
-a temporary file in the same directory, then renamed over the destination, so a
-reader (a sweep resuming after an interruption) sees the old report or the new
+module run, about half a second on a small controller). The file is written with
+``repro_py.atomicio`` (a temporary file in the same directory, fsync, rename), so
+a reader (a sweep resuming after an interruption) sees the old report or the new
 one, never half of one.
 
 Arguments: ``dest`` (path on the controller), ``data`` (any JSON value),
@@ -16,27 +16,23 @@ check mode too (the report of a check run says ``check_mode``).
 from __future__ import annotations
 
 import json
-import os
-import tempfile
+import sys
 from pathlib import Path
 
 from ansible.module_utils.common.json import AnsibleJSONEncoder
 from ansible.plugins.action import ActionBase
 
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+if str(_REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(_REPO_ROOT))
+
+from repro_py.atomicio import write_text_atomic  # noqa: E402
+
 
 def write_json(dest: Path, data: object, mode: int) -> None:
-    """``data`` as indented JSON (sorted keys, trailing newline) at ``dest``, atomically."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=4, sort_keys=True, cls=AnsibleJSONEncoder)
-            fh.write("\n")
-        Path(tmp).chmod(mode)
-        Path(tmp).replace(dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """``data`` as indented JSON (sorted keys, trailing newline) at ``dest``, atomically, then ``mode``."""
+    write_text_atomic(dest, json.dumps(data, indent=4, sort_keys=True, cls=AnsibleJSONEncoder) + "\n")
+    dest.chmod(mode)
 
 
 class ActionModule(ActionBase):

@@ -178,7 +178,12 @@ def test_a_stop_that_outlasts_the_sync_limit_is_pending_then_resumed(
         props = {"ActiveState": "active", "MainPID": str(old.pid), "InvocationID": "inv-old", "ControlGroup": ""}
         monkeypatch.setattr(stop, "unit_show", lambda unit, wanted: props)
         calls: list[list[str]] = []
-        monkeypatch.setattr(stop.subprocess, "run", lambda argv, **kw: calls.append(argv) or subprocess.CompletedProcess(argv, 0, "", ""))  # noqa: E501
+
+        def systemctl(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+            calls.append(argv)  # the stop returns at once; the old process lingers (a drain)
+            return subprocess.CompletedProcess(argv, 0, "", "")
+
+        monkeypatch.setattr(stop.subprocess, "run", systemctl)
         args = {"unit": "u", "port": 1, "timeout": 30, "poll_interval": 0.05}
         first = run(stop, {**args, "sync_limit": 0.3}, capsys)
         assert first["pending"] is True and first["old_invocation_id"] == "inv-old"
@@ -290,3 +295,25 @@ def test_the_controller_report_is_written_atomically(tmp_path: Path):
     json_write.write_json(dest, {"status": "ready"}, 0o644)
     assert dest.read_text() == json.dumps({"status": "ready"}, indent=4) + "\n"
     assert [p.name for p in dest.parent.iterdir()] == ["r.json"]
+
+
+def test_a_slow_request_does_not_outlast_the_sync_limit(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+):
+    """A generation that hangs (a kernel build) is cut at the limit: pending, and the async rest goes on."""
+    _ready_host(monkeypatch, ["inv-new"], [True])
+    asked: list[float] = []
+
+    def hanging(method: str, url: str, api_key: str, body: object = None, timeout: float = 30.0) -> tuple[int, bytes]:
+        if url.endswith("/generate"):
+            asked.append(timeout)
+            time.sleep(min(timeout, 20.0))  # the server answers only after the client gave up
+            raise wait.NotReady(f"{method} {url}: timed out")
+        return 200, b"{}"
+
+    monkeypatch.setattr(wait, "http", hanging)
+    args = {"unit": "u", "port": 1, "previous_invocation_id": "inv-old", "timeout": 300, "poll_interval": 0.05}
+    started = time.monotonic()
+    out = run(wait, {**args, "sync_limit": 0.5}, capsys)
+    assert out["pending"] is True and out["phase"] == "generate"
+    assert time.monotonic() - started < 5 and asked and max(asked) <= 1.0

@@ -7,7 +7,7 @@ Runs only while the server is stopped (the restart chain, the rollback):
    copied from the staged (or last good) ones, atomically; keys the new unit
    does not use are removed;
 2. ``systemctl daemon-reload``; the unit is enabled at boot;
-3. with ``start``: ``systemctl reset-failed`` (a deliberate start: since
+3. ``systemctl reset-failed`` (a deliberate start: since
    systemd 255 the start-limit counter survives daemon-reload, so without it
    the 4th deploy, reconfigure or rollback within StartLimitIntervalSec is
    refused; automatic restarts are not reset, a crash loop still stops), then
@@ -36,7 +36,6 @@ options:
   keys_src: {description: the keys to install; absent means the unit uses none, type: path, required: true}
   keys_dest: {description: the installed keys file, type: path, required: true}
   keys_group: {description: the group that reads the keys (the service group), type: str, required: true}
-  start: {description: reset the start limit and queue the start, type: bool, default: true}
 author: [sglang-ddtree deploy]
 """
 
@@ -57,7 +56,6 @@ def main():
             "keys_src": {"type": "path", "required": True},
             "keys_dest": {"type": "path", "required": True},
             "keys_group": {"type": "str", "required": True},
-            "start": {"type": "bool", "default": True},
         },
         supports_check_mode=False,
     )
@@ -73,12 +71,9 @@ def main():
     enabled = systemctl(module, "is-enabled", p["unit"], fail=False).stdout.strip()
     if enabled != "enabled":
         systemctl(module, "enable", p["unit"])
-    result = {"unit_changed": unit_changed, "keys": keys, "enabled_before": enabled, "started": False}
-    if p["start"]:
-        systemctl(module, "reset-failed", p["unit"], fail=False)  # nothing to reset is not an error
-        systemctl(module, "start", "--no-block", p["unit"])
-        result["started"] = True
-    module.exit_json(changed=True, **result)
+    systemctl(module, "reset-failed", p["unit"], fail=False)  # nothing to reset is not an error
+    systemctl(module, "start", "--no-block", p["unit"])
+    module.exit_json(changed=True, unit_changed=unit_changed, keys=keys, enabled_before=enabled)
 
 
 if __name__ == "__main__":

@@ -311,6 +311,11 @@ def main():
     began_epoch = float(resume["began_epoch"]) if resume else time.time() - 1.0
     deadline = t0 + p["timeout"]
     sync_end = time.monotonic() + p["sync_limit"] if p["sync_limit"] > 0 else None
+
+    def limited(seconds):
+        """A request's timeout, no longer than what is left of the sync limit (a timeout is "not yet")."""
+        return seconds if sync_end is None else min(seconds, max(1.0, sync_end - time.monotonic()))
+
     state = {
         "require_new": p["require_new_invocation"],
         "previous": p["previous_invocation_id"],
@@ -332,7 +337,7 @@ def main():
                     phase = "health"
                     phases["unit_s"] = round(time.monotonic() - t0, 3)
                 if phase == "health":
-                    status, _ = http("GET", base + "/health", api_key, timeout=30.0)
+                    status, _ = http("GET", base + "/health", api_key, timeout=limited(30.0))
                     if status != 200:
                         raise NotReady(f"/health returned {status}")
                     phase = "generate"
@@ -342,7 +347,7 @@ def main():
                         "text": "The capital city of France is",
                         "sampling_params": {"max_new_tokens": 1, "temperature": 0},
                     }
-                    status, raw = http("POST", base + "/generate", api_key, body=body, timeout=60.0)
+                    status, raw = http("POST", base + "/generate", api_key, body=body, timeout=limited(60.0))
                     if status != 200:
                         raise NotReady(f"/generate returned {status}: {raw[:200]!r}")
                     reply = json.loads(raw or b"{}")
@@ -356,17 +361,15 @@ def main():
                     phases["generate_s"] = round(time.monotonic() - t0, 3)
                 if phase == "sample":
                     # the first sampled request may build the sampling kernels: allow the rest of the budget
-                    # (within a sync_limit: no longer than it; a timeout is "not yet", the async part goes on)
-                    budget = max(60.0, deadline - time.monotonic())
-                    if sync_end is not None:
-                        budget = min(budget, max(1.0, sync_end - time.monotonic()))
+                    # (within a sync_limit: no longer than it; the async part goes on)
+                    budget = limited(max(60.0, deadline - time.monotonic()))
                     generation["sampled_text"] = sampled_generation(
                         base, api_key, budget, state["invocation"], p["sampling"]
                     )
                     phase = "echo"
                     phases["sample_s"] = round(time.monotonic() - t0, 3)
                 if phase == "echo":
-                    status, raw = http("GET", base + "/server_info", api_key, timeout=30.0)
+                    status, raw = http("GET", base + "/server_info", api_key, timeout=limited(30.0))
                     if status != 200:
                         raise NotReady(f"/server_info returned {status}")
                     info = json.loads(raw or b"{}")
