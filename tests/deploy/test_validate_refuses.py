@@ -29,6 +29,7 @@ BAD_INPUTS = [
     (["-e", "sglang_service_rollback=false"], "sglang_service_rollback='false' is a str; a real boolean"),
     (["-e", "sglang_service_port=80"], "sglang_service_port=80 is out of range; allowed 1024..65535"),
     (["-e", "sglang_service_tp_size=0"], "sglang_service_tp_size=0 is out of range; allowed 1..64"),
+    (["-e", "sglang_service_sync_wait_s=99"], "sglang_service_sync_wait_s=99 is out of range; allowed 0..30"),
     (["-e", "sglang_service_engine=vllm"], "sglang_service_engine='vllm' is not allowed; allowed: sglang, simulated"),
     (["-e", "sim_fault=crash-on-load"], "faults are for engine simulated only"),
     (
