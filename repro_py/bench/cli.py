@@ -1,5 +1,10 @@
 """Command line of the benchmark: ``python -m repro_py.bench --url URL [...]``.
 
+``-i INVENTORY`` instead of ``--url`` takes the URL, the model name and both API
+keys from the inventory, resolved as its plays resolve it (vault options as
+ansible-playbook's); otherwise the keys come from ``$SGLANG_API_KEY`` and
+``$SGLANG_ADMIN_API_KEY`` (the admin key flushes the cache between cells).
+
 Runs the matrix against a running server, prints a table and, with ``--out``,
 writes the result JSON atomically. Exit codes (``repro_py.exitcodes``): 0
 (``OK``) every cell ran with no failed repeat, or was skipped with a reason;
@@ -12,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,8 +27,9 @@ from rich.table import Table
 from repro_py.atomicio import write_json_atomic
 from repro_py.bench.matrix import DEFAULT_CONCURRENCY, DEFAULT_CONTEXTS, BenchSettings, cell_ok, run_matrix
 from repro_py.cliparse import parse_or_exit_code
-from repro_py.endpoint import Endpoint
 from repro_py.exitcodes import ExitCode
+from repro_py.inventory_endpoint import add_arguments as add_endpoint_arguments
+from repro_py.inventory_endpoint import endpoint_from_args
 from repro_py.simmark import sim_note
 
 
@@ -40,10 +45,7 @@ def int_list(text: str) -> tuple[int, ...]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m repro_py.bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:30001")
-    p.add_argument("--api-key", default=os.environ.get("SGLANG_API_KEY"),
-                   help="bearer key (default: $SGLANG_API_KEY)")
-    p.add_argument("--model", default="default", help="model name sent in requests (default: default)")
+    add_endpoint_arguments(p)
     p.add_argument("--contexts", type=int_list, default=DEFAULT_CONTEXTS,
                    help="prompt lengths in tokens (default: 60,1024,4096,8192)")
     p.add_argument("--concurrency", type=int_list, default=DEFAULT_CONCURRENCY,
@@ -116,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(args, int):
         return args
     try:
-        endpoint = Endpoint(args.url, args.api_key, args.model)
+        endpoint = endpoint_from_args(args)
         settings = BenchSettings(
             contexts=args.contexts, concurrency=args.concurrency, repeats=args.repeats, max_tokens=args.max_tokens,
             warmup=args.warmup, cv_threshold=args.cv_threshold, requests_per_cell=args.requests_per_cell,

@@ -129,11 +129,15 @@ async def flush_cache(
     for _ in range(tries):
         try:
             async with session.post(
-                endpoint.url("/flush_cache"), headers=endpoint.headers(), timeout=aiohttp.ClientTimeout(total=30)
+                endpoint.url("/flush_cache"), headers=endpoint.headers(admin=True),
+                timeout=aiohttp.ClientTimeout(total=30),
             ) as resp:
                 text = await resp.text()
                 if resp.status == 200:
                     return None
+                if resp.status in (401, 403):  # a key problem: asking again does not change it
+                    return (f"POST /flush_cache returned HTTP {resp.status}: cache not flushed (the server has an "
+                            "admin key: sglang_service_admin_api_key, or --admin-api-key / $SGLANG_ADMIN_API_KEY)")
                 if resp.status in (404, 405):
                     return f"POST /flush_cache returned HTTP {resp.status}: cache not flushed"
                 last = f"HTTP {resp.status}: {text[:200]!r}"

@@ -1,5 +1,9 @@
 """Command line of the gates: ``python -m repro_py.gates --url URL --expect algorithm=ddtree,budget=8,...``.
 
+``-i INVENTORY`` instead of ``--url`` takes the URL, the model name and the API key
+from the inventory, resolved as its plays resolve it (vault options as
+ansible-playbook's); otherwise the key comes from ``$SGLANG_API_KEY``.
+
 Runs the config echo, losslessness and coding gates against a running server.
 Exit codes: 0 every gate passed; 1 a gate failed; 2 bad arguments; 130 interrupted.
 """
@@ -9,18 +13,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from repro_py.atomicio import write_json_atomic
 from repro_py.cliparse import parse_or_exit_code
-from repro_py.endpoint import Endpoint
 from repro_py.exitcodes import ExitCode
 from repro_py.gates import run_gates
 from repro_py.gates.coding import DEFAULT_MAX_TOKENS, DEFAULT_MIN_PASS_RATE
 from repro_py.gates.lossless import DEFAULT_MAX_NEW_TOKENS, make_reference
+from repro_py.inventory_endpoint import add_arguments as add_endpoint_arguments
+from repro_py.inventory_endpoint import endpoint_from_args
 from repro_py.spec_config import SpecConfigError, validate
 
 
@@ -38,9 +42,7 @@ def parse_expect(text: str) -> dict[str, str]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m repro_py.gates", description=__doc__.split("\n\n")[0])
-    p.add_argument("--url", required=True, help="server base URL")
-    p.add_argument("--api-key", default=os.environ.get("SGLANG_API_KEY"), help="bearer key (default: $SGLANG_API_KEY)")
-    p.add_argument("--model", default="default", help="model name sent in requests")
+    add_endpoint_arguments(p)
     p.add_argument("--expect", required=True,
                    help="the config the server should run, short keys: algorithm=ddtree,budget=8,topk=4,"
                    "window=2048,block_size=8 (algorithm defaults to ddtree; algorithm=none for the baseline)")
@@ -77,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(args, int):
         return args
     try:
-        endpoint = Endpoint(args.url, args.api_key, args.model)
+        endpoint = endpoint_from_args(args)
         expected = validate(parse_expect(args.expect))
         reference = json.loads(args.reference.read_text(encoding="utf-8")) if args.reference else None
     except (ValueError, SpecConfigError, OSError) as exc:
@@ -93,8 +95,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(ExitCode.INTERRUPTED)
     if args.write_reference is not None:
         lossless = result["lossless"]
+        source = f"{endpoint.base_url} {expected.label}"
         write_json_atomic(args.write_reference, make_reference(
-            lossless["output_ids"], max_new_tokens=lossless["max_new_tokens"], source=f"{args.url} {expected.label}"
+            lossless["output_ids"], max_new_tokens=lossless["max_new_tokens"], source=source,
         ))
     if args.out is not None:
         write_json_atomic(args.out, result)

@@ -33,11 +33,12 @@ from repro_py.exitcodes import ExitCode
 from repro_py.report.render import build_report
 from repro_py.simengine.testing import free_port
 from repro_py.sweep import extravars, state
+from repro_py.sweep import inventory as inventorymod
 from repro_py.sweep.benchplan import BenchPlan
 from repro_py.sweep.errors import PlanError
 from repro_py.sweep.estimate import estimate_basis, format_duration
 from repro_py.sweep.grid import grid_from_target, load_grid_file
-from repro_py.sweep.inventory import Target, load_target
+from repro_py.sweep.inventory import Target, source_args, target_from_args
 from repro_py.sweep.lease import TAKEOVER_FLAG, HostLease
 from repro_py.sweep.lease import take as take_lease
 from repro_py.sweep.localproc import LocalProcessReconfigurer
@@ -70,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Sweep speculative-decoding configs on one host: reconfigure, benchmark, gate, report.",
     )
     p.add_argument("inventory", type=Path, help="Ansible inventory (e.g. inventory/local)")
+    inventorymod.add_arguments(p)
     p.add_argument("--grid", type=Path, help="YAML with configs: (a list) and/or grid: (a cartesian product)")
     p.add_argument("--run-id", help="name of the run directory (default: <UTC time>-<host>)")
     p.add_argument("--results", type=Path, default=Path("results"), help="results root (default: results/)")
@@ -196,7 +198,10 @@ def local_reconfigurer(target: Target) -> tuple[Target, LocalProcessReconfigurer
     """``--reconfigurer local``: the simulated engine as a local process on a free loopback port, with the
     inventory's simulated load/warmup/speed; the target then points at that port."""
     port = free_port()
-    ep = Endpoint(f"http://127.0.0.1:{port}", api_key=target.endpoint.api_key, model="default")
+    ep = Endpoint(
+        f"http://127.0.0.1:{port}", api_key=target.endpoint.api_key, model="default",
+        admin_api_key=target.endpoint.admin_api_key,
+    )  # fmt: skip
     local = Target(
         inventory=target.inventory, host=target.host, hostvars=target.hostvars, endpoint=ep, engine_kind="simulated"
     )
@@ -218,11 +223,12 @@ def print_resume(
     *,
     tool: str = "repro_py.sweep",
     results: Path | None = None,
+    sources: Sequence[str] = (),
 ) -> None:
     """Say what happened, then the resume command on a line of its own, never wrapped or marked up (copy-paste);
     ``--results`` is in it when the run is not under the default ``results/``."""
     console.print(f"[yellow]{what}; resume with:[/]", highlight=False)
-    command = f"python -m {tool} {shlex.quote(str(inventory))} --resume --run-id {shlex.quote(run_id)}"
+    command = f"python -m {tool} {shlex.join([str(inventory), *sources])} --resume --run-id {shlex.quote(run_id)}"
     if results is not None and results != Path("results"):
         command += f" --results {shlex.quote(str(results))}"
     console.print(command, soft_wrap=True, markup=False, highlight=False)
@@ -235,9 +241,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     bundle = Path(__file__).resolve().parents[2]
     results_root: Path = args.results
     try:
-        if not args.inventory.exists():
-            raise PlanError([f"inventory {args.inventory} does not exist"])
-        target = load_target(args.inventory, limit=args.limit_hosts)
+        extra_vars = parse_extra_vars(args.extra_var)
+        target = target_from_args(args, extra_vars)
         run_dir: state.RunDir | None = None
         stored: dict[str, Any] | None = None
         if args.run_id is not None and not RUN_ID_RE.match(args.run_id):
@@ -268,7 +273,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             raws = grid_from_target(target)
             source = f"{args.inventory}: sweep_grid"
         bench = _bench_plan(args, stored)
-        extra_vars = parse_extra_vars(args.extra_var)
         if not extra_vars and stored is not None and isinstance(stored.get("extra_vars"), dict):
             extra_vars = dict(stored["extra_vars"])
         if args.reconfigurer == "local" and not target.simulated:
@@ -325,7 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         outcome = asyncio.run(runner.run())
     except KeyboardInterrupt:
         run_dir.write_state(state.STATE_INTERRUPTED, reason="KeyboardInterrupt")
-        print_resume(console, "interrupted", args.inventory, run_id, results=results_root)
+        print_resume(console, "interrupted", args.inventory, run_id, results=results_root, sources=source_args(target))
         return ExitCode.INTERRUPTED
     finally:
         reconfigurer.close()
@@ -333,7 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             console.print(lease.release(), markup=False, highlight=False)
     if outcome.interrupted:
         what = f"interrupted after {len(outcome.ran)} configs; results so far in {run_dir.path}"
-        print_resume(console, what, args.inventory, run_id, results=results_root)
+        print_resume(console, what, args.inventory, run_id, results=results_root, sources=source_args(target))
         return ExitCode.INTERRUPTED
 
     console.print(

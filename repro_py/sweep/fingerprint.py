@@ -52,7 +52,7 @@ def patch_series_sha256(bundle: Path, version: str) -> str:
 
 def lock_path(bundle: Path, target: Target) -> Path | None:
     """The lock file that pins the engine host's Python environment."""
-    explicit = target.var("sweep_lock_file") or target.var("sglang_lock_file")
+    explicit = target.var("sweep_lock_file")
     if isinstance(explicit, str) and explicit:
         path = Path(explicit)
         return path if path.is_absolute() else bundle / path

@@ -1,18 +1,25 @@
-"""The one host a sweep measures, read from the inventory: its variables, engine kind and endpoint."""
+"""The one host a sweep measures, resolved from the inventory as its plays see it: values, engine kind, endpoint.
+
+The values come from :mod:`repro_py.inventory_values` (Ansible itself templates
+and decrypts them, vault included); the inventory may be layered
+(``INVENTORY -i LAYER ...``, as ``ansible-playbook -i A -i B``), and the vault
+and become options (:mod:`repro_py.ansibleaccess`) travel with the target to
+every play the tool runs.
+"""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
-import json
-import os
-import shutil
-import subprocess
-import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from repro_py import ansibleaccess
+from repro_py.ansibleaccess import AccessError, AnsibleAccess
 from repro_py.endpoint import Endpoint
+from repro_py.inventory_endpoint import endpoint_of
+from repro_py.inventory_values import HostValues, InventoryError, resolve
 from repro_py.sweep.errors import PlanError
 
 
@@ -22,127 +29,123 @@ class Target:
 
     inventory: Path
     host: str
+    #: the resolved values the tools read, the API keys left out (they live in ``endpoint`` only)
     hostvars: Mapping[str, Any]
     endpoint: Endpoint
     engine_kind: str  # "simulated" | "real"
+    #: further inventory sources layered after ``inventory`` (``-i``), in order
+    layers: tuple[Path, ...] = ()
+    #: vault and become options for every play
+    access: AnsibleAccess = dataclasses.field(default_factory=AnsibleAccess)
 
     @property
     def simulated(self) -> bool:
         return self.engine_kind == "simulated"
 
+    @property
+    def inventories(self) -> tuple[Path, ...]:
+        return (self.inventory, *self.layers)
+
     def var(self, name: str, default: Any = None) -> Any:
         return self.hostvars.get(name, default)
 
 
-def _tool(name: str) -> str:
-    """An Ansible executable: next to this interpreter first, then PATH."""
-    local = Path(sys.executable).parent / name
-    if local.exists():
-        return str(local)
-    found = shutil.which(name)
-    if found is None:
-        raise PlanError([f"{name} is not installed (expected next to {sys.executable} or on PATH)"])
-    return found
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``-i LAYER`` (repeatable) and ansible-playbook's vault and become options."""
+    parser.add_argument(
+        "-i", "--inventory", dest="layers", action="append", type=Path, default=[], metavar="INVENTORY",
+        help="a further inventory source layered after INVENTORY (repeatable; as ansible-playbook -i A -i B)",
+    )  # fmt: skip
+    ansibleaccess.add_arguments(parser)
 
 
-def inventory_list(inventory: Path) -> dict[str, Any]:
-    """``ansible-inventory --list`` as JSON (group vars merged into hostvars)."""
-    env = dict(os.environ)
-    env.setdefault("ANSIBLE_INVENTORY_UNPARSED_WARNING", "False")
-    proc = subprocess.run(
-        [_tool("ansible-inventory"), "-i", str(inventory), "--list"],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-        timeout=120,
-    )
-    if proc.returncode != 0:
-        raise PlanError(
-            [f"ansible-inventory -i {inventory} --list failed (rc={proc.returncode}): {proc.stderr.strip()}"]
-        )
-    data: dict[str, Any] = json.loads(proc.stdout)
-    return data
-
-
-def _hosts_of(data: Mapping[str, Any]) -> list[str]:
-    hostvars: Mapping[str, Any] = data.get("_meta", {}).get("hostvars", {})
-    hosts: set[str] = set(hostvars)
-    for group, body in data.items():
-        if group == "_meta" or not isinstance(body, Mapping):
-            continue
-        hosts.update(body.get("hosts", []) or [])
-    return sorted(hosts)
+def access_from_args(args: argparse.Namespace) -> AnsibleAccess:
+    """The vault and become options, every prompt answered once now; refused (:class:`PlanError`) when a
+    password file is missing."""
+    access = ansibleaccess.from_args(args)
+    try:
+        access.check()
+    except AccessError as exc:
+        raise PlanError([str(exc)]) from exc
+    return access.with_answers() if access.prompts() else access
 
 
 def engine_kind_of(hostvars: Mapping[str, Any]) -> str:
-    """``simulated`` or ``real`` from the inventory (``sglang_service_engine``)."""
-    for key in ("sglang_service_engine", "sglang_engine_kind", "sglang_engine", "engine_kind"):
-        value = hostvars.get(key)
-        if isinstance(value, str) and value.strip():
-            return "simulated" if value.strip().lower() in {"simulated", "sim", "simengine"} else "real"
-    if hostvars.get("sglang_simulated") is True:
-        return "simulated"
-    return "real"
+    """``simulated`` or ``real`` from the inventory (``sglang_service_engine``, the role's default ``sglang``)."""
+    value = str(hostvars.get("sglang_service_engine") or "sglang").strip().lower()
+    return "simulated" if value == "simulated" else "real"
 
 
-def endpoint_of(host: str, hostvars: Mapping[str, Any]) -> Endpoint:
-    explicit = hostvars.get("sweep_endpoint_url")
-    api_key = hostvars.get("sglang_service_api_key") or None
-    model = str(hostvars.get("sglang_service_served_model_name") or "default")
-    if isinstance(explicit, str) and explicit.strip():
-        return Endpoint(explicit, api_key=api_key, model=model)
-    port = hostvars.get("sglang_service_port", 30001)
-    return Endpoint(f"http://{endpoint_address(host, hostvars)}:{port}", api_key=api_key, model=model)
+def _limited(hosts: Mapping[str, Any], limit: str | None) -> dict[str, HostValues]:
+    wanted = {h.strip() for h in (limit or "").split(",") if h.strip()}
+    return {
+        h: v if isinstance(v, HostValues) else HostValues(h, dict(v))
+        for h, v in hosts.items()
+        if not wanted or h in wanted
+    }
 
 
-_LOCAL_CONNECTIONS = ("local", "podman", "docker", "containers.podman.podman", "community.docker.docker")
-_WILDCARD = ("", "0.0.0.0", "::", "[::]")
-
-
-def endpoint_address(host: str, hostvars: Mapping[str, Any]) -> str:
-    """Where the controller reaches the engine.
-
-    ``sweep_endpoint_host`` when set; for a host on this machine (local, podman or
-    docker connection; the test host shares the network) the service's own bind
-    address (loopback unless it binds a specific address); otherwise a specific
-    ``sglang_service_host``, then ``ansible_host``, then the inventory name.
-    """
-    explicit = hostvars.get("sweep_endpoint_host")
-    if isinstance(explicit, str) and explicit:
-        return explicit
-    bind = str(hostvars.get("sglang_service_host") or "")
-    if str(hostvars.get("ansible_connection") or "") in _LOCAL_CONNECTIONS:
-        return "127.0.0.1" if bind in _WILDCARD else bind
-    if bind not in _WILDCARD and bind not in ("127.0.0.1", "localhost", "::1"):
-        return bind
-    return str(hostvars.get("ansible_host") or host)
-
-
-def load_target(inventory: Path, *, limit: str | None = None, data: Mapping[str, Any] | None = None) -> Target:
-    """The single host of ``inventory`` (or the one ``limit`` names)."""
-    if data is None:
-        data = inventory_list(inventory)
-    hosts = _hosts_of(data)
-    if limit:
-        wanted = {h.strip() for h in limit.split(",") if h.strip()}
-        groups = {g for g in wanted if isinstance(data.get(g), Mapping)}
-        selected = [h for h in hosts if h in wanted]
-        for group in groups:
-            selected.extend(data[group].get("hosts", []) or [])
-        hosts = sorted(set(selected))
+def load_target(
+    inventory: Path,
+    *,
+    limit: str | None = None,
+    layers: Sequence[Path] = (),
+    access: AnsibleAccess | None = None,
+    extra_vars: Mapping[str, object] | None = None,
+    resolved: Mapping[str, Any] | None = None,
+) -> Target:
+    """The single host of ``inventory`` (plus ``layers``), or the one ``limit`` names, its values resolved by
+    Ansible (``resolved``: host -> values instead, for tests). Refused: :class:`PlanError` naming the problem."""
+    access = access or AnsibleAccess()
+    sources = (inventory, *layers)
+    for source in sources:
+        if not source.exists():
+            raise PlanError([f"inventory {source} does not exist"])
+    if resolved is None:
+        try:
+            hosts = resolve(sources, limit=limit or None, access=access, extra_vars=extra_vars)
+        except InventoryError as exc:
+            raise PlanError(exc.problems) from exc
+    else:
+        hosts = _limited(resolved, limit)
+    where = " + ".join(map(str, sources))
     if not hosts:
-        raise PlanError([f"no host in {inventory}" + (f" matching --limit-hosts {limit}" if limit else "")])
+        raise PlanError([f"no host in {where}" + (f" matching --limit-hosts {limit}" if limit else "")])
     if len(hosts) > 1:
-        raise PlanError(
-            [f"{inventory} has {len(hosts)} hosts ({', '.join(hosts)}); a sweep measures one: pass --limit-hosts HOST"]
-        )
-    host = hosts[0]
-    hostvars: Mapping[str, Any] = data.get("_meta", {}).get("hostvars", {}).get(host, {})
+        names = ", ".join(sorted(hosts))
+        raise PlanError([f"{where} has {len(hosts)} hosts ({names}); a sweep measures one: pass --limit-hosts HOST"])
+    host, values = next(iter(hosts.items()))
     try:
-        endpoint = endpoint_of(host, hostvars)
+        endpoint = endpoint_of(host, values.values)
     except ValueError as exc:
         raise PlanError([f"endpoint of {host}: {exc}"]) from exc
     return Target(
-        inventory=inventory, host=host, hostvars=hostvars, endpoint=endpoint, engine_kind=engine_kind_of(hostvars)
+        inventory=inventory,
+        host=host,
+        hostvars=values.public(),
+        endpoint=endpoint,
+        engine_kind=engine_kind_of(values.values),
+        layers=tuple(layers),
+        access=access,
     )
+
+
+def target_from_args(args: argparse.Namespace, extra_vars: Mapping[str, object] | None = None) -> Target:
+    """The target of a tool's command line (``inventory``, ``layers``, ``limit_hosts``, the vault options)."""
+    return load_target(
+        args.inventory, limit=args.limit_hosts, layers=args.layers, access=access_from_args(args), extra_vars=extra_vars
+    )
+
+
+def source_args(target: Target) -> list[str]:
+    """The command-line arguments after INVENTORY that select the same sources and options again (``-i``
+    layers, vault and become options; never a password)."""
+    out: list[str] = []
+    for layer in target.layers:
+        out += ["-i", str(layer)]
+    return out + target.access.args()
+
+
+def reload_target(target: Target) -> Target:
+    """``target`` resolved again (after a change to its inventory), from the same sources with the same options."""
+    return load_target(target.inventory, limit=target.host, layers=target.layers, access=target.access)

@@ -20,13 +20,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import sys
 import threading
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from repro_py.ansibleaccess import AnsibleAccess, runner_env
 from repro_py.sweep.failures import FAILED_TO_START, INVALID_CONFIG
 from repro_py.sweep.grid import PlannedConfig
 from repro_py.sweep.inventory import Target
@@ -257,11 +257,17 @@ def journal_command(unit: str, lines: int, invocation_id: str | None) -> str:
 
 
 def _unit_name(target: Target) -> str:
-    for key in ("sglang_service_name", "sglang_service_unit", "sglang_unit_name"):
-        value = target.var(key)
-        if isinstance(value, str) and value:
-            return value if value.endswith(".service") else value + ".service"
+    value = target.var("sglang_service_name")
+    if isinstance(value, str) and value:
+        return value if value.endswith(".service") else value + ".service"
     return "sglang.service"
+
+
+def journal_access(access: AnsibleAccess) -> dict[str, Any]:
+    """The ad-hoc journal read's runner options: ``--become`` and the vault/become options."""
+    kwargs = access.runner_kwargs()
+    kwargs["cmdline"] = " ".join(filter(None, ("--become", kwargs.get("cmdline", ""))))
+    return kwargs
 
 
 class AnsibleReconfigurer:
@@ -289,13 +295,10 @@ class AnsibleReconfigurer:
         return self.playbook.is_file()
 
     def _env(self) -> dict[str, str]:
-        bindir = str(Path(sys.executable).parent)
-        path = os.environ.get("PATH", "")
-        env = {"PATH": path if bindir in path.split(os.pathsep) else bindir + os.pathsep + path}
-        cfg = self.bundle / "ansible.cfg"
-        if cfg.is_file():
-            env["ANSIBLE_CONFIG"] = str(cfg)
-        return env
+        return runner_env(self.bundle)
+
+    def _inventories(self) -> list[str]:
+        return [str(p.resolve()) for p in self.target.inventories]
 
     def run_play(
         self, playbook: Path, private_dir: Path, extravars: Mapping[str, object], cancel: threading.Event | None = None
@@ -308,7 +311,7 @@ class AnsibleReconfigurer:
             private_data_dir=str(private_dir),
             project_dir=str(self.bundle),
             playbook=str(playbook),
-            inventory=str(self.target.inventory.resolve()),
+            inventory=self._inventories(),
             limit=self.limit,
             extravars={**extravars, **self.lease_vars},
             envvars=self._env(),
@@ -316,6 +319,7 @@ class AnsibleReconfigurer:
             verbosity=self.verbosity or None,
             cancel_callback=(cancel or threading.Event()).is_set,
             rotate_artifacts=0,
+            **self.target.access.runner_kwargs(),
         )
 
     def reconfigure(
@@ -358,11 +362,12 @@ class AnsibleReconfigurer:
                 host_pattern=self.limit,
                 module="ansible.builtin.command",
                 module_args=journal_command(_unit_name(self.target), lines, invocation_id),
-                inventory=str(self.target.inventory.resolve()),
+                inventory=self._inventories(),
                 envvars=self._env(),
-                cmdline="--become",  # the play restarts the unit with become; reading its journal needs it too
                 quiet=True,
                 rotate_artifacts=0,
+                # the play restarts the unit with become; reading its journal needs it too
+                **journal_access(self.target.access),
             )
         except Exception as exc:  # best effort: a journal we cannot read is said so
             return [f"(journal unavailable: {exc})"]

@@ -44,14 +44,16 @@ from repro_py.tune.sweepio import (
     BundleMeasure,
     PlanError,
     RunDir,
+    add_inventory_arguments,
     build_report,
     default_run_id,
     latest_resumable,
-    load_target,
     local_reconfigurer,
     make_plan,
     parse_extra_vars,
     print_resume,
+    source_args,
+    target_from_args,
 )
 
 DEFAULT_MAX_RESTARTS = 12
@@ -65,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
         "restarting through the sweep's path, and write the winner back to the inventory.",
     )
     p.add_argument("inventory", type=Path, help="Ansible inventory (e.g. inventory/local)")
+    add_inventory_arguments(p)
     p.add_argument(
         "--objective",
         action="append",
@@ -229,11 +232,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     bundle = Path(__file__).resolve().parents[2]
     results_root: Path = args.results
     try:
-        if not args.inventory.exists():
-            raise PlanError([f"inventory {args.inventory} does not exist"])
         if args.run_id is not None and not RUN_ID_RE.match(args.run_id):
             raise PlanError([f"--run-id {args.run_id!r}: letters, digits, '.', '_' and '-' only"])
-        target = load_target(args.inventory, limit=args.limit_hosts)
+        target = target_from_args(args, parse_extra_vars(args.extra_var))
         if args.reconfigurer == "local" and not target.simulated:
             raise PlanError(["--reconfigurer local runs the simulated engine; this inventory's engine is real"])
         run_dir: RunDir | None = None
@@ -341,7 +342,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             outcome_stop, restore, interrupted = result.stop_reason, result.restore, result.interrupted
     except KeyboardInterrupt:
         run_dir.write_state(STATE_INTERRUPTED, reason="KeyboardInterrupt")
-        print_resume(console, "interrupted", str(args.inventory), run_id, tool=TOOL, results=results_root)
+        print_resume(
+            console, "interrupted", str(args.inventory), run_id, tool=TOOL, results=results_root,
+            sources=source_args(target),
+        )  # fmt: skip
         return ExitCode.INTERRUPTED
     finally:
         reconfigurer.close()
@@ -355,6 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             run_id,
             tool=TOOL,
             results=results_root,
+            sources=source_args(target),
         )
         return ExitCode.INTERRUPTED
 

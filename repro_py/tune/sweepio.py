@@ -19,7 +19,8 @@ from repro_py.sweep.estimate import format_duration
 from repro_py.sweep.failures import GATE_FAILED
 from repro_py.sweep.fingerprint import controller_fingerprint
 from repro_py.sweep.grid import SIM_FAULT_KEY, PlannedConfig, expand_grid, validate_all, validate_config
-from repro_py.sweep.inventory import Target, load_target
+from repro_py.sweep.inventory import Target, load_target, reload_target, source_args, target_from_args
+from repro_py.sweep.inventory import add_arguments as add_inventory_arguments
 from repro_py.sweep.localproc import LocalProcessReconfigurer
 from repro_py.sweep.measure import BundleMeasure, Measure
 from repro_py.sweep.plan import Plan, make_plan
@@ -56,6 +57,7 @@ __all__ = [
     "SweepOptions",
     "SweepRunner",
     "Target",
+    "add_inventory_arguments",
     "build_report",
     "controller_fingerprint",
     "decide",
@@ -69,6 +71,9 @@ __all__ = [
     "now_iso",
     "parse_extra_vars",
     "print_resume",
+    "reload_target",
+    "source_args",
+    "target_from_args",
     "validate_all",
     "validate_config",
 ]

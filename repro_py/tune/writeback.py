@@ -34,7 +34,7 @@ from repro_py import spec_config
 from repro_py.atomicio import write_text_atomic
 from repro_py.exitcodes import ExitCode
 from repro_py.tune.search import Search
-from repro_py.tune.sweepio import PlannedConfig, RunDir, Target, load_target
+from repro_py.tune.sweepio import PlannedConfig, RunDir, Target, reload_target, source_args
 
 #: short key -> the sglang_service role variable it sets (roles/sglang_service/tasks/resolve.yml maps the same way)
 ROLE_VARS: dict[str, str] = spec_config.ROLE_VARS
@@ -119,10 +119,11 @@ def in_effect(target: Target, cfg: PlannedConfig) -> list[str]:
     return out
 
 
-def write_change(change: Change, inventory: Path, host: str, cfg: PlannedConfig) -> list[str]:
-    """Write the file atomically, read the inventory back; the differences that remain (empty: in effect)."""
+def write_change(change: Change, target: Target, cfg: PlannedConfig) -> list[str]:
+    """Write the file atomically, read the inventory back (its layers and vault options as the run had them);
+    the differences that remain (empty: in effect)."""
     write_text_atomic(change.path, change.new)
-    return in_effect(load_target(inventory, limit=host), cfg)
+    return in_effect(reload_target(target), cfg)
 
 
 def _shown(path: Path) -> str:
@@ -177,10 +178,11 @@ def offer(
         do_write = console.input(f"write {change.path}? [y/N] ").strip().lower() in {"y", "yes"}
     if not do_write:
         where = "" if results == Path("results") else f" --results {shlex.quote(str(results))}"
-        command = f"python -m repro_py.tune {shlex.quote(str(inventory))} --resume --run-id {run_dir.run_id}{where}"
+        sources = shlex.join([str(inventory), *source_args(target)])
+        command = f"python -m repro_py.tune {sources} --resume --run-id {run_dir.run_id}{where}"
         console.print(f"not written; to write it: {command} --write", markup=False, highlight=False, soft_wrap=True)
         return ExitCode.OK
-    remaining = write_change(change, inventory, target.host, cfg)
+    remaining = write_change(change, target, cfg)
     if remaining:
         console.print(f"[red]{change.path} was written but is not in effect:[/]")
         for line in remaining:

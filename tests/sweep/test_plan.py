@@ -159,32 +159,22 @@ def test_estimate_from_inventory_and_history(tmp_path: Path) -> None:
     assert est["gates_s_per_config"] == 30.0
 
 
-def _inventory(hosts: dict[str, dict[str, object]]) -> dict[str, object]:
-    return {
-        "_meta": {"hostvars": hosts},
-        "all": {"children": ["ungrouped", "engines"]},
-        "engines": {"hosts": sorted(hosts)},
-    }
-
-
 def test_target_endpoint_and_engine_from_vars() -> None:
-    data = _inventory(
-        {"h1": {"ansible_host": "10.0.0.5", "sglang_service_port": 30010, "sglang_service_engine": "simulated"}}
-    )
-    target = load_target(Path("inv"), data=data)
+    resolved = {"h1": {"ansible_host": "10.0.0.5", "sglang_service_port": 30010, "sglang_service_engine": "simulated"}}
+    target = load_target(Path("."), resolved=resolved)
     assert target.endpoint.base_url == "http://10.0.0.5:30010"
     assert target.simulated
-    data = _inventory({"h1": {"sweep_endpoint_url": "http://127.0.0.1:4000/", "sglang_service_engine": "sglang"}})
-    target = load_target(Path("inv"), data=data)
+    resolved = {"h1": {"sweep_endpoint_url": "http://127.0.0.1:4000/", "sglang_service_engine": "sglang"}}
+    target = load_target(Path("."), resolved=resolved)
     assert target.endpoint.base_url == "http://127.0.0.1:4000"
     assert target.engine_kind == "real"
 
 
 def test_several_hosts_need_a_limit() -> None:
-    data = _inventory({"h1": {}, "h2": {}})
+    resolved: dict[str, dict[str, object]] = {"h1": {}, "h2": {}}
     with pytest.raises(PlanError, match="--limit-hosts"):
-        load_target(Path("inv"), data=data)
-    assert load_target(Path("inv"), data=data, limit="h2").host == "h2"
+        load_target(Path("."), resolved=resolved)
+    assert load_target(Path("."), resolved=resolved, limit="h2").host == "h2"
 
 
 def test_format_duration() -> None:

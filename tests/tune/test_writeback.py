@@ -50,7 +50,7 @@ def test_diff_first_then_write_and_read_back_through_ansible_inventory(tmp_path:
     assert not change.path.exists() and change.changed
     diff = change.diff()
     assert diff.startswith("--- /dev/null\n") and "+sglang_service_ddtree_budget: 6" in diff
-    assert writeback.write_change(change, inv, target.host, cfg) == []
+    assert writeback.write_change(change, target, cfg) == []
     assert change.path.read_text() == change.new
     # the group vars are untouched; the host var wins
     assert "sglang_service_ddtree_budget: 8" in (inv / "group_vars" / "all" / "service.yml").read_text()
