@@ -245,6 +245,8 @@ class ActionModule(ActionBase):
             echo=spec_config.expected_echo(cfg),
             engine_flags=spec_config.to_engine_flags(cfg, drafter_path=drafter_path or None),
             integers=integers_out,
+            # sglang 0.5.23's --attention-backend choices: the restart chain names the ones the GPUs can run
+            attention_backends=list(sglang_choices.ATTENTION_BACKENDS),
             problems=[],
             msg=f"valid: {label}",
         )

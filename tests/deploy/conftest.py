@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -68,3 +69,19 @@ def load_module(name: str, path: Path) -> ModuleType:
 
 def wants_testhost() -> bool:
     return os.environ.get("SGLANG_TESTHOST") == "1"
+
+
+@pytest.fixture(scope="module")
+def wheel() -> zipfile.ZipFile:
+    """The pinned sglang 0.5.23 wheel (patches/tools/series.py; cached in .cache/sglang-wheel/), read, never
+    imported; skipped when it cannot be fetched, failed when CI demands it (REPRO_REQUIRE_SGLANG_CPU=1)."""
+    sys.path.insert(0, str(ROOT / "patches" / "tools"))
+    import series  # noqa: PLC0415
+
+    try:
+        path = series.fetch_wheel()
+    except series.SeriesError as exc:
+        if os.environ.get("REPRO_REQUIRE_SGLANG_CPU") == "1":
+            pytest.fail(f"the pinned sglang wheel is unavailable: {exc}", pytrace=False)
+        pytest.skip(f"the pinned sglang wheel is unavailable: {exc}")
+    return zipfile.ZipFile(path)

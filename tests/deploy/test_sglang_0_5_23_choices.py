@@ -9,29 +9,15 @@ demands it (REPRO_REQUIRE_SGLANG_CPU=1).
 from __future__ import annotations
 
 import ast
-import os
 import sys
 import zipfile
 
-import pytest
 import yaml
 from conftest import ROOT
 
 from repro_py.simengine import sglang_choices
 
 sys.path.insert(0, str(ROOT / "patches" / "tools"))
-import series
-
-
-@pytest.fixture(scope="module")
-def wheel() -> zipfile.ZipFile:
-    try:
-        path = series.fetch_wheel()
-    except series.SeriesError as exc:
-        if os.environ.get("REPRO_REQUIRE_SGLANG_CPU") == "1":
-            pytest.fail(f"the pinned sglang wheel is unavailable: {exc}", pytrace=False)
-        pytest.skip(f"the pinned sglang wheel is unavailable: {exc}")
-    return zipfile.ZipFile(path)
 
 
 def _list_assigned(zf: zipfile.ZipFile, member: str, name: str) -> list[str]:

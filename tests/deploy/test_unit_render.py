@@ -148,3 +148,15 @@ def test_gpu_device_nodes_are_created_then_opened_in_the_sandbox(run_playbook, t
     assert unit.index("ExecStartPre=") < unit.index("ExecStart=")
     no_gpu, _ = render(run_playbook, tmp_path / "none")
     assert "ExecStartPre=" not in no_gpu
+
+
+def test_the_unit_waits_for_the_weights_mounts(run_playbook, tmp_path):
+    """At boot the server must not start (and burn its start limit) before /models is mounted."""
+    unit, _ = render(
+        run_playbook, tmp_path / "ddtree", "-e", '{"sglang_service_model_path": "/models/Kimi K2.6"}',
+        "-e", "sglang_service_drafter_path=/mnt/drafters/Kimi-K2.6-DFlash",
+    )  # fmt: skip
+    unit_section = unit.split("[Service]")[0]
+    assert 'RequiresMountsFor="/models/Kimi K2.6" /mnt/drafters/Kimi-K2.6-DFlash\n' in unit_section
+    baseline, _ = render(run_playbook, tmp_path / "baseline", "-e", "algorithm=none")
+    assert "RequiresMountsFor=/models/Kimi-K2.6\n" in baseline.split("[Service]")[0]  # no drafter for the baseline

@@ -19,7 +19,11 @@
 #      source, pins (newer decoys in the index), installed versions, daemons,
 #      the unit ordered after fabric manager. Refusals: a wrong keyring checksum,
 #      a package upgraded by hand past its pin, fabric manager at another version
-#      than the driver (and stopped).
+#      than the driver (and stopped), a GPU not registered with the NVLink fabric
+#      (the stand-in nvidia-smi -q). Fabric manager is R580's nvidia-fabricmanager
+#      580.x (NVIDIA's name), found by nv-fabricmanager --version. Check-only
+#      mode holds the driver's packages (an apt upgrade is refused) and refuses a
+#      drift from the loaded kernel module.
 #   3. The model check as the service user: a good model, a single-file drafter,
 #      and a broken directory (missing, unreadable and truncated shards).
 #   4. playbooks/collect.yml: model and drafter checksums; a second run hashes nothing.
@@ -94,7 +98,8 @@ cleanup() {
     [[ "${KEEP:-0}" == 1 ]] || testhost_remove "$CONTAINER" 2>/dev/null || true
 }
 trap cleanup EXIT
-timed boot testhost/up.sh "$CONTAINER"
+# GPU stand-ins of a B300 (compute capability 10.3, NVSwitch fabric registered) for the NVSwitch checks.
+TESTHOST_GPU_PROFILE=b300 timed boot testhost/up.sh "$CONTAINER"
 in_host sh -c 'command -v gcc || command -v cc || ls /usr/include/python3.12/Python.h' >/dev/null 2>&1 \
     && fail "the image is not bare: it has a compiler or Python headers already"
 
@@ -134,9 +139,10 @@ timed apt-1 "${play[@]}" "$here/apt.yml"
 timed apt-2 "${play[@]}" "$here/apt.yml"
 [[ "$(changed_count apt-2)" == 0 ]] || { grep -B3 'changed:' "$log/apt-2.log" | head -30; fail "apt-2 is not idempotent"; }
 in_host dpkg-query -W -f='${Package} ${Version}\n' cuda-nvcc-13-0 cuda-toolkit-13-0 libcurand-dev-13-0 \
-    nvidia-driver-580-open nvidia-compute-utils-580 nvidia-fabricmanager-580 nvlsm | tee "$log/installed.txt"
+    nvidia-driver-580-open nvidia-compute-utils-580 nvidia-fabricmanager libnvidia-nscq nvlsm | tee "$log/installed.txt"
 grep -qx "cuda-nvcc-13-0 13.0.88-1" "$log/installed.txt" || fail "nvcc not at its pin (a decoy 13.0.99-1 is in the index)"
 grep -qx "nvidia-compute-utils-580 580.126.20-0ubuntu1" "$log/installed.txt" || fail "driver sub-package not at the pin"
+grep -qx "nvidia-fabricmanager 580.126.20-1" "$log/installed.txt" || fail "fabric manager not at the driver's version"
 in_host systemctl is-active nvidia-persistenced nvidia-fabricmanager >/dev/null || fail "daemons not active"
 in_host pgrep -x nvlsm >/dev/null || fail "nvlsm not running"
 in_host systemctl show sglang-k26-ddtree -p After | grep -q nvidia-fabricmanager.service \
@@ -145,10 +151,31 @@ in_host apt-get install -y -qq --allow-downgrades cuda-nvcc-13-0=13.0.99-1 >/dev
 refused apt-drift "cuda-nvcc-13-0: installed 13.0.99-1, pinned 13.0.88-1" "${play[@]}" "$here/apt.yml"
 in_host apt-get install -y -qq --allow-downgrades cuda-nvcc-13-0=13.0.88-1 >/dev/null 2>&1
 timed nvswitch-ok "${play[@]}" "$here/nvswitch-check.yml"
-in_host apt-get install -y -qq nvidia-fabricmanager-580=580.159.03-1 nvidia-kernel-common-580=580.159.03-0ubuntu1 >/dev/null 2>&1
+in_host apt-get install -y -qq nvidia-fabricmanager=580.159.03-1 nvidia-kernel-common-580=580.159.03-0ubuntu1 >/dev/null 2>&1
 in_host systemctl stop nvidia-fabricmanager
-refused nvswitch-mismatch "nvidia-fabricmanager-580 580.159.03 (must equal the driver version); nvidia-fabricmanager.service inactive (must be active)" \
+refused nvswitch-mismatch "nv-fabricmanager 580.159.03 (must equal the driver version); nvidia-fabricmanager.service inactive (must be active)" \
     "${play[@]}" "$here/nvswitch-check.yml"
+in_host apt-get install -y -qq --allow-downgrades nvidia-fabricmanager=580.126.20-1 nvidia-kernel-common-580=580.126.20-0ubuntu1 >/dev/null 2>&1
+in_host systemctl start nvidia-fabricmanager
+# A GPU that fabric manager has not registered (nvidia-smi -q: Fabric State In Progress).
+in_host python3 -c 'import json; p="/etc/fake-nvidia/state.json"; s=json.load(open(p)); s["gpus"][3]["fabric"]={"state": "In Progress", "status": "N/A"}; json.dump(s, open(p, "w"))'
+refused nvswitch-fabric "GPU 00000000:1B:00.0: State In Progress, Status N/A (must be State Completed, Status Success)" \
+    "${play[@]}" "$here/nvswitch-check.yml"
+in_host python3 -c 'import json; p="/etc/fake-nvidia/state.json"; s=json.load(open(p)); s["gpus"][3]["fabric"]={"state": "Completed", "status": "Success"}; json.dump(s, open(p, "w"))'
+# Check-only mode: the driver's packages held (an upgrade is refused), a drift from the loaded module refused.
+timed hold "${play[@]}" "$here/hold.yml"
+in_host apt-mark showhold > "$log/held.txt"
+for p in nvidia-compute-utils-580 libnvidia-compute-580 nvidia-fabricmanager libnvidia-nscq; do
+    grep -qx "$p" "$log/held.txt" || fail "hold: $p is not held"
+done
+grep -qx nvlsm "$log/held.txt" && fail "hold: nvlsm (its own numbering) was held"
+if in_host apt-get install -y -qq nvidia-compute-utils-580=580.159.03-0ubuntu1 > "$log/held-upgrade.log" 2>&1; then
+    fail "hold: apt upgraded a held driver package"
+fi
+grep -q "held" "$log/held-upgrade.log" || { cat "$log/held-upgrade.log"; fail "hold: apt refused for another reason"; }
+in_host sh -c 'echo 580.159.03 > /run/fake-nvidia-module-version'
+refused driver-drift "the loaded kernel module is 580.159.03 but libnvidia-compute-580 580.126.20-0ubuntu1" \
+    "${play[@]}" "$here/hold.yml" -e _nvidia_driver_module_version_file=/run/fake-nvidia-module-version
 
 # --- 3. the model check as the service user
 in_host_stdin python3 - /srv/models < "$here/make_model_fixture.py"

@@ -141,7 +141,7 @@ def test_no_vault_password_is_refused_naming_the_variable_and_the_file(tmp_path:
         load_target(whole, access=AnsibleAccess(vault_password_files=(str(wrong),)))
     assert str(whole / "group_vars" / "all" / "vault.yml") in "\n".join(refused.value.problems)
 
-    with pytest.raises(PlanError, match="vault password file .*missing-file does not exist"):
+    with pytest.raises(PlanError, match=r"vault password file .*missing-file does not exist"):
         cli_target(whole, "--vault-password-file", str(tmp_path / "missing-file"))
 
 
@@ -173,7 +173,8 @@ def test_role_defaults_layers_and_extra_vars_apply(tmp_path: Path) -> None:
     layer = tmp_path / "layer"
     (layer / "group_vars" / "all").mkdir(parents=True)
     (layer / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {"h1": {}}}}))
-    (layer / "group_vars" / "all" / "x.yml").write_text("sglang_service_host: 198.51.100.4\nsglang_service_port: 31555\n")
+    layer_vars = "sglang_service_host: 198.51.100.4\nsglang_service_port: 31555\n"
+    (layer / "group_vars" / "all" / "x.yml").write_text(layer_vars)
     layered = load_target(inv, layers=[layer])
     assert layered.endpoint.base_url == "http://198.51.100.4:31555"
     assert load_target(inv, layers=[layer], extra_vars={"sglang_service_port": 31556}).endpoint.base_url.endswith(
@@ -183,7 +184,7 @@ def test_role_defaults_layers_and_extra_vars_apply(tmp_path: Path) -> None:
 
 def test_a_key_that_is_not_a_string_is_refused(tmp_path: Path) -> None:
     with pytest.raises(PlanError, match="sglang_service_api_key resolves to a dict, not a string"):
-        load_target(Path("."), resolved={"h1": {"sglang_service_api_key": {"__ansible_vault": "x"}}})
+        load_target(Path(), resolved={"h1": {"sglang_service_api_key": {"__ansible_vault": "x"}}})
 
 
 def test_defined_in_finds_the_file_that_sets_a_variable() -> None:

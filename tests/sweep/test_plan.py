@@ -161,11 +161,11 @@ def test_estimate_from_inventory_and_history(tmp_path: Path) -> None:
 
 def test_target_endpoint_and_engine_from_vars() -> None:
     resolved = {"h1": {"ansible_host": "10.0.0.5", "sglang_service_port": 30010, "sglang_service_engine": "simulated"}}
-    target = load_target(Path("."), resolved=resolved)
+    target = load_target(Path(), resolved=resolved)
     assert target.endpoint.base_url == "http://10.0.0.5:30010"
     assert target.simulated
     resolved = {"h1": {"sweep_endpoint_url": "http://127.0.0.1:4000/", "sglang_service_engine": "sglang"}}
-    target = load_target(Path("."), resolved=resolved)
+    target = load_target(Path(), resolved=resolved)
     assert target.endpoint.base_url == "http://127.0.0.1:4000"
     assert target.engine_kind == "real"
 
@@ -173,8 +173,8 @@ def test_target_endpoint_and_engine_from_vars() -> None:
 def test_several_hosts_need_a_limit() -> None:
     resolved: dict[str, dict[str, object]] = {"h1": {}, "h2": {}}
     with pytest.raises(PlanError, match="--limit-hosts"):
-        load_target(Path("."), resolved=resolved)
-    assert load_target(Path("."), resolved=resolved, limit="h2").host == "h2"
+        load_target(Path(), resolved=resolved)
+    assert load_target(Path(), resolved=resolved, limit="h2").host == "h2"
 
 
 def test_format_duration() -> None:

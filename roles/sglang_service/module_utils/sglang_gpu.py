@@ -124,6 +124,16 @@ def problems_of(gpus, apps, targets, *, allowed, max_unattributed, modes_allowed
     return problems
 
 
+def compute_caps(smi):
+    """Each GPU's compute capability ('12.0') by index, from nvidia-smi."""
+    out = {}
+    for line in run_smi(smi, ["--query-gpu=index,compute_cap", "--format=csv,noheader"]).splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 2 and parts[0].isdigit():
+            out[int(parts[0])] = parts[1]
+    return out
+
+
 def gpu_state(smi, targets, *, unit, max_unattributed, modes_allowed, wait=False, timeout=0.0, poll_interval=1.0):
     """Read the target GPUs until no problem is left (``wait``) or ``timeout`` s pass.
 

@@ -10,7 +10,10 @@ nothing:
 - a file the new config needs that is missing (``files``: path -> what needs it);
 - with ``gpus``: a target GPU held by anything that is not the unit's own
   process, or a compute or MIG mode that would stop the server
-  (module_utils/sglang_gpu.py, the checks of ``sglang_gpu_state``).
+  (module_utils/sglang_gpu.py, the checks of ``sglang_gpu_state``);
+- with ``gpus`` and ``attention_backend``: an attention backend sglang 0.5.23
+  cannot run on the target GPUs' compute capability, naming the ones it can
+  (module_utils/sglang_backends.py).
 
 The start limit is reset right before every deliberate start (``systemctl
 reset-failed``, sglang_unit_install), so it cannot refuse one.
@@ -23,7 +26,8 @@ import shutil
 import socket
 from pathlib import Path
 
-from ansible.module_utils.sglang_gpu import SmiError, gpu_state
+from ansible.module_utils.sglang_backends import backend_problem
+from ansible.module_utils.sglang_gpu import SmiError, compute_caps, gpu_state
 from ansible.module_utils.sglang_host import listeners, unit_pids
 
 #: The options of a precheck (sglang_unit_state's ``precheck``), with their defaults.
@@ -36,6 +40,8 @@ PRECHECK_SPEC = {
     "gpu_memory_used_max_mib": {"type": "int", "default": 1024},
     "gpu_compute_modes_allowed": {"type": "list", "elements": "str", "default": ["Default"]},
     "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
+    "attention_backend": {"type": "str", "default": ""},
+    "attention_backend_choices": {"type": "list", "elements": "str", "default": []},
 }
 
 
@@ -103,7 +109,13 @@ def gpu_problems(p, unit, result):
             max_unattributed=p["gpu_memory_used_max_mib"],
             modes_allowed=p["gpu_compute_modes_allowed"],
         )
+        caps = compute_caps(smi) if p["attention_backend"] else {}
     except SmiError as exc:
         return [f"reading the GPU state failed: {exc}"]
-    result.update(gpu_checked=True, gpus=details["gpus"], processes=details["processes"])
-    return [f"the target GPUs cannot take the server: {problem}" for problem in found]
+    result.update(gpu_checked=True, gpus=details["gpus"], processes=details["processes"], compute_caps=caps)
+    out = [f"the target GPUs cannot take the server: {problem}" for problem in found]
+    if p["attention_backend"]:
+        targets = [{**g, "compute_cap": caps.get(g["index"], "?")} for g in details["gpus"]]
+        why = backend_problem(p["attention_backend"], targets, p["attention_backend_choices"])
+        out += [why] if why else []
+    return out

@@ -99,14 +99,16 @@ for v in 580.126.20 580.159.03; do
     pkg libnvidia-compute-580 "$v-0ubuntu1" amd64 "" "/usr/share/doc/libnvidia-compute-580/TEST-DUMMY=$v"
     pkg nvidia-utils-580 "$v-0ubuntu1" amd64 "" "/usr/share/doc/nvidia-utils-580/TEST-DUMMY=$v"
     pkg nvidia-kernel-common-580 "$v-0ubuntu1" amd64 "" "/usr/share/doc/nvidia-kernel-common-580/TEST-DUMMY=$v"
-    # R580's fabric manager starts NVLSM on Blackwell NVSwitch systems (the dummy does the same).
-    pkg nvidia-fabricmanager-580 "$v-1" amd64 "nvidia-kernel-common-580 (>= $v)" \
+    # R580's fabric manager and NSCQ as NVIDIA's CUDA repository names them (no branch in the name);
+    # the dummy answers --version as nv-fabricmanager does and starts NVLSM on Blackwell NVSwitch systems.
+    pkg nvidia-fabricmanager "$v-1" amd64 "nvidia-kernel-common-580 (>= $v)" \
         "/usr/bin/nv-fabricmanager=@x:#!/bin/sh
 # TEST DUMMY fabric manager $v
+case \"\$1\" in --version|-v) echo \"Fabric Manager version is : $v\"; exit 0 ;; esac
 [ -x /opt/nvidia/nvlsm/sbin/nvlsm ] && /opt/nvidia/nvlsm/sbin/nvlsm &
 while :; do sleep 3600; done" \
         "/usr/lib/systemd/system/nvidia-fabricmanager.service=$(unit 'NVIDIA fabric manager' /usr/bin/nv-fabricmanager)"
-    pkg libnvidia-nscq-580 "$v-1" amd64 "" "/usr/share/doc/libnvidia-nscq-580/TEST-DUMMY=$v"
+    pkg libnvidia-nscq "$v-1" amd64 "" "/usr/share/doc/libnvidia-nscq/TEST-DUMMY=$v"
 done
 pkg nvlsm 2025.06.6-1 amd64 "" "/opt/nvidia/nvlsm/sbin/nvlsm=@x:$loop"
 
