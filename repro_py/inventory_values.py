@@ -55,6 +55,7 @@ TOOL_VARS: tuple[str, ...] = (
     "sglang_service_sim_speed",
     # what the sweep and the tuner plan from
     "sweep_grid",
+    "sweep_bench",
     "sweep_default_config",
     "sweep_drafter_block_size",
     "sweep_load_time_s",

@@ -7,8 +7,19 @@
 #        TESTHOST_SSH_PORT  sshd on 127.0.0.1:PORT, user deploy with sudo (the
 #                           connection inventory/local and molecule use)
 #        TESTHOST_BOOT_TIMEOUT seconds (default 120)
-# The container shares the machine's network (--network host): services in it
-# listen on this machine's loopback, so pick ports nothing else uses.
+#        TESTHOST_NETWORK   a podman network (with TESTHOST_IP, its address there): the
+#                           container gets a network namespace of its own, reached from
+#                           this machine at TESTHOST_IP over the network's bridge (not
+#                           published: nothing outside the machine reaches it); sshd
+#                           then listens on TESTHOST_IP (TESTHOST_SSH_PORT, default 22),
+#                           and CAP_NET_ADMIN lets a firewall (ufw) work in that namespace
+#        TESTHOST_ADD_HOSTS  extra /etc/hosts entries, "name:address name:address"
+#        TESTHOST_GPU_PROFILE  rtx-pro-6000 (default; CT200's GPUs) or b300 (compute
+#                           capability 10.3, registered with an NVSwitch fabric)
+#        TESTHOST_FABRIC=1  also the NVSwitch host's fabric stand-ins (fabric.sh:
+#                           nv-fabricmanager, its service, nvlsm)
+# By default the container shares the machine's network (--network host): services in
+# it listen on this machine's loopback, so pick ports nothing else uses.
 #
 # GPU stand-ins (testhost/fake-gpu; the host has no GPU): /usr/bin/nvidia-smi
 # answers from /etc/fake-nvidia/state.json (8 GPUs; tests edit it to drive the
@@ -24,6 +35,19 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/common.sh"
 name="${1:-${TESTHOST_NAME:-sglang-testhost}}"
 image="$TESTHOST_IMAGE"
+network="${TESTHOST_NETWORK:-host}"
+gpu_profile="${TESTHOST_GPU_PROFILE:-rtx-pro-6000}"
+if [[ "$network" != host ]]; then
+    [[ -n "${TESTHOST_IP:-}" ]] || { echo "up: TESTHOST_NETWORK=$network needs TESTHOST_IP (its address there)" >&2; exit 2; }
+    # its own namespace: its firewall is its own business, as on a real host (ufw, iptables)
+    net_args=(--network "$network" --ip "$TESTHOST_IP" --cap-add NET_ADMIN)
+    ssh_address=$TESTHOST_IP
+    TESTHOST_SSH_PORT=${TESTHOST_SSH_PORT:-22}
+else
+    net_args=(--network host)
+    ssh_address=127.0.0.1
+fi
+for entry in ${TESTHOST_ADD_HOSTS:-}; do net_args+=(--add-host "$entry"); done
 timeout="${TESTHOST_BOOT_TIMEOUT:-120}"
 # Bumped when the container's creation options change: an older container is recreated.
 layout=4
@@ -82,7 +106,7 @@ else
     # has it; podman's default set does not. CAP_SYS_PTRACE: root reads other
     # users' /proc/PID/fd (ss -p names a port's listener by it), as on a real host.
     # --add-host: the hostname resolves, as on a real host (sudo looks it up).
-    podman run -d --name "$name" --hostname "$name" --add-host "$name:127.0.1.1" --systemd=always --network host \
+    podman run -d --name "$name" --hostname "$name" --add-host "$name:127.0.1.1" --systemd=always "${net_args[@]}" \
         --cap-add SYS_ADMIN --cap-add SYS_PTRACE --label "sglang.testhost.layout=$layout" --label "sglang.testhost.uvm-major=$uvm_major" \
         --device-cgroup-rule "c 195:* rwm" --device-cgroup-rule "c $uvm_major:* rwm" \
         "$image" /sbin/init >/dev/null
@@ -94,10 +118,14 @@ install_gpu_stand_ins() {
     podman exec "$name" chmod 0755 /usr/bin/nvidia-smi /usr/bin/nvidia-modprobe
     # The state is created once; tests that change it restore it themselves.
     if ! podman exec "$name" test -f /etc/fake-nvidia/state.json; then
-        "$here/fake-gpu/state.py" --uvm-major "$uvm_major" \
+        "$here/fake-gpu/state.py" --uvm-major "$uvm_major" --profile "$gpu_profile" \
             | podman exec -i "$name" sh -c 'mkdir -p /etc/fake-nvidia && cat > /etc/fake-nvidia/state.json'
     fi
-    echo "up: $name has the GPU stand-ins (8 GPUs, nvidia-uvm major $uvm_major)"
+    echo "up: $name has the GPU stand-ins (8 GPUs, $gpu_profile, nvidia-uvm major $uvm_major)"
+    if [[ "${TESTHOST_FABRIC:-0}" == 1 ]]; then
+        podman exec -i "$name" sh < "$here/fake-gpu/fabric.sh"
+        echo "up: $name has the NVSwitch fabric stand-ins (nv-fabricmanager, nvidia-fabricmanager.service, nvlsm)"
+    fi
 }
 
 # SSH, as Ansible reaches a real host: sshd on 127.0.0.1:$TESTHOST_SSH_PORT only
@@ -118,29 +146,32 @@ enable_ssh() {
         cat > /home/deploy/.ssh/authorized_keys
         chown deploy:deploy /home/deploy/.ssh/authorized_keys && chmod 0600 /home/deploy/.ssh/authorized_keys
         echo "deploy ALL=(ALL) NOPASSWD:ALL" > /etc/sudoers.d/deploy && chmod 0440 /etc/sudoers.d/deploy
-        printf "Port %s\nListenAddress 127.0.0.1\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin no\nAllowUsers deploy\n" "$port" \
+        printf "Port %s\nListenAddress %s\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin no\nAllowUsers deploy\n" "$port" "$2" \
             > /etc/ssh/sshd_config.d/10-testhost.conf
         [ -f /etc/ssh/ssh_host_ed25519_key ] || ssh-keygen -A >/dev/null
         systemctl enable --now ssh.service >/dev/null 2>&1
         systemctl restart ssh.service
-    ' sh "$port" < "$ssh_dir/id_ed25519.pub"
+    ' sh "$port" "$ssh_address" < "$ssh_dir/id_ed25519.pub"
     local hostkey
     hostkey=$(podman exec "$name" cat /etc/ssh/ssh_host_ed25519_key.pub | cut -d' ' -f1-2)
+    # known_hosts names a host on port 22 plainly, on any other port as [host]:port
+    local known="[$ssh_address]:$port"
+    [[ "$port" == 22 ]] && known=$ssh_address
     touch "$ssh_dir/known_hosts"
-    grep -v "^\[127.0.0.1\]:$port " "$ssh_dir/known_hosts" > "$ssh_dir/known_hosts.new" || true
-    echo "[127.0.0.1]:$port $hostkey" >> "$ssh_dir/known_hosts.new"
+    awk -v k="$known" '$1 != k' "$ssh_dir/known_hosts" > "$ssh_dir/known_hosts.new"
+    echo "$known $hostkey" >> "$ssh_dir/known_hosts.new"
     mv "$ssh_dir/known_hosts.new" "$ssh_dir/known_hosts"
     local t=$SECONDS
     until ssh -q -o BatchMode=yes -o UserKnownHostsFile="$ssh_dir/known_hosts" -o StrictHostKeyChecking=yes \
-            -i "$ssh_dir/id_ed25519" -p "$port" deploy@127.0.0.1 sudo -n true 2>/dev/null; do
+            -i "$ssh_dir/id_ed25519" -p "$port" "deploy@$ssh_address" sudo -n true 2>/dev/null; do
         if (( SECONDS - t > 30 )); then
-            echo "up: $name does not answer SSH on 127.0.0.1:$port as deploy with sudo" >&2
+            echo "up: $name does not answer SSH on $ssh_address:$port as deploy with sudo" >&2
             podman exec "$name" journalctl -u ssh.service --no-pager -n 20 >&2 || true
             return 1
         fi
         sleep 0.5
     done
-    echo "up: $name answers SSH on 127.0.0.1:$port (user deploy, sudo)"
+    echo "up: $name answers SSH on $ssh_address:$port (user deploy, sudo)"
 }
 
 # Wait for systemd to finish booting: running, or degraded (some unit failed,

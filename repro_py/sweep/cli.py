@@ -135,8 +135,26 @@ def _stored_plan(run_dir: state.RunDir) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
-def _bench_plan(args: argparse.Namespace, stored: dict[str, Any] | None) -> BenchPlan:
+def _inventory_bench(target: Target) -> BenchPlan:
+    """The inventory's ``sweep_bench`` (contexts, concurrency, repeats, max_tokens), over the defaults."""
+    spec = target.var("sweep_bench")
+    if spec is None:
+        return BenchPlan()
+    where = f"{target.inventory}: sweep_bench"
+    if not isinstance(spec, dict) or set(spec) - {"contexts", "concurrency", "repeats", "max_tokens"}:
+        raise PlanError([f"{where} must be a mapping of contexts, concurrency, repeats, max_tokens; got {spec!r}"])
     base = BenchPlan()
+    try:
+        contexts = _ints([str(v) for v in spec.get("contexts", [])], where + ".contexts") or base.contexts
+        concurrency = _ints([str(v) for v in spec.get("concurrency", [])], where + ".concurrency") or base.concurrency
+        repeats, max_tokens = int(spec.get("repeats", base.repeats)), int(spec.get("max_tokens", base.max_tokens))
+    except (TypeError, ValueError) as exc:
+        raise PlanError([f"{where}: {exc}"]) from exc
+    return BenchPlan(contexts=contexts, concurrency=concurrency, repeats=repeats, max_tokens=max_tokens)
+
+
+def _bench_plan(args: argparse.Namespace, stored: dict[str, Any] | None, target: Target) -> BenchPlan:
+    base = _inventory_bench(target)
     if stored and isinstance(stored.get("bench"), dict):
         b = stored["bench"]
         base = BenchPlan(
@@ -272,7 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             raws = grid_from_target(target)
             source = f"{args.inventory}: sweep_grid"
-        bench = _bench_plan(args, stored)
+        bench = _bench_plan(args, stored, target)
         if not extra_vars and stored is not None and isinstance(stored.get("extra_vars"), dict):
             extra_vars = dict(stored["extra_vars"])
         if args.reconfigurer == "local" and not target.simulated:

@@ -35,6 +35,8 @@ from repro_py.sweep.reconfigure import AnsibleReconfigurer, failed_task_messages
 #: ``run_play(playbook name, private dir, extra vars)`` -> (runner status, rc, job events).
 PlayRunner = Callable[[str, Path, Mapping[str, object]], tuple[str, int | None, list[dict[str, Any]]]]
 TAKEOVER_FLAG = "--take-over-lease"
+#: What sudo (through Ansible's become) says when it needs a password it was not given.
+_SUDO_PASSWORD = ("missing sudo password", "a password is required", "incorrect sudo password")
 
 
 class LeaseRefused(Exception):
@@ -129,6 +131,16 @@ def take(
     try:
         console.print(lease.acquire(), markup=False, highlight=False)
     except LeaseRefused as exc:
+        if any(s in str(exc).lower() for s in _SUDO_PASSWORD):
+            console.print("[red]the plays become root with sudo on the host and sudo wants a password; nothing was "
+                          "restarted:[/]")  # fmt: skip
+            console.print(str(exc), markup=False, highlight=False, soft_wrap=True)
+            console.print(
+                "give the inventory's ansible_user password-less sudo on the host (/etc/sudoers.d/USER: "
+                "'USER ALL=(ALL) NOPASSWD:ALL'), or add --ask-become-pass (asked once, given to every play)",
+                markup=False, highlight=False, soft_wrap=True,
+            )  # fmt: skip
+            return None
         console.print("[red]refused; nothing was restarted:[/]")
         console.print(str(exc), markup=False, highlight=False, soft_wrap=True)
         console.print("[yellow]if that run is gone, take the lease over with:[/]")

@@ -215,3 +215,23 @@ def test_every_variable_the_tools_read_is_resolved() -> None:
         read |= {n for n in _names_read(path) if n.startswith(("sglang_", "sweep_", "tune_", "ansible_"))}
     assert read, "the scan found nothing: it no longer matches the code"
     assert read <= set(TOOL_VARS), sorted(read - set(TOOL_VARS))
+
+
+def test_the_inventory_sets_the_sweeps_benchmark(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``sweep_bench`` in the inventory (the field's reduced grid, say) is the sweep's benchmark unless the command
+    line says otherwise; a malformed one is refused naming it."""
+    from tests.sweep.test_cli import write_inventory  # noqa: PLC0415
+
+    inv = write_inventory(tmp_path / "inv.yml")
+    doc = yaml.safe_load(inv.read_text())
+    doc["all"]["vars"]["sweep_bench"] = {"contexts": [60, 1024], "concurrency": [1], "repeats": 2, "max_tokens": 64}
+    inv.write_text(yaml.safe_dump(doc))
+    assert cli.main([str(inv), "--dry-run", "--results", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert "bench 2 contexts [60, 1024] x 1 concurrency [1] x 2 repeats, max_tokens 64" in " ".join(out.split())
+    assert cli.main([str(inv), "--dry-run", "--repeats", "3", "--results", str(tmp_path / "r")]) == 0
+    assert "x 3 repeats" in " ".join(capsys.readouterr().out.split())
+    doc["all"]["vars"]["sweep_bench"] = {"context": [60]}
+    inv.write_text(yaml.safe_dump(doc))
+    assert cli.main([str(inv), "--dry-run", "--results", str(tmp_path / "r")]) == 2
+    assert "sweep_bench must be a mapping of contexts, concurrency, repeats, max_tokens" in capsys.readouterr().err

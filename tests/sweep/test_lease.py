@@ -100,3 +100,15 @@ def test_a_leased_host_is_refused_before_any_restart(
     runner = FakeRunner()
     assert _sweep(tmp_path, monkeypatch, runner, FakeMeasure(), "--take-over-lease") == ExitCode.OK
     assert runner.plays[0][1]["sglang_service_lease_takeover"] is True
+
+
+def test_sudo_that_wants_a_password_is_named_with_the_way_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A host whose sudo asks for a password stops the sweep before any restart, saying so (not as a lease)."""
+    runner = FakeRunner(refuse="Task failed: Premature end of stream waiting for become.\nMissing sudo password")
+    assert _sweep(tmp_path, monkeypatch, runner, FakeMeasure()) == ExitCode.LEASED
+    assert [name for name, _ in runner.plays] == ["lease.yml"]
+    err = " ".join(capsys.readouterr().err.split())
+    assert "sudo wants a password; nothing was restarted" in err
+    assert "password-less sudo" in err and "--ask-become-pass" in err and "--take-over-lease" not in err

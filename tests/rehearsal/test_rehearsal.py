@@ -1,0 +1,192 @@
+"""The operator's own inventories, rehearsed: the shipped inventory/ct200 and inventory/b300, unchanged, on the test
+host through a thin overlay (tests/rehearsal/<inventory>/: connection, engine simulated, GPU stand-ins, install
+sources; test_overlay.py holds it to that list), with the API key in Ansible Vault, an admin key, the shipped
+0.0.0.0 bind in the test host's own network namespace (reached at 10.89.117.10, never on loopback) and TLS off.
+
+On each: site.yml; a sweep of 4 configs, one of which fails to start; the tuner with a 3-restart budget;
+collect.yml; the gates and the benchmark by hand with the key from the vault. Neither key may appear in a
+result, plan, log, artifact, the host's journal or any process's command line. ct200 adds the attention-backend
+refusal on its SM120 GPUs and a host leased to another run; b300 runs on B300 stand-ins with the NVSwitch fabric.
+
+With the inventory read by ``ansible-inventory --list`` (no templating), the client sends the text of
+``{{ vault_sglang_service_api_key | default('') }}`` and every config of the sweep fails with 401.
+Runs with SGLANG_REHEARSAL=1 (make rehearsal).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import BIN, NAME, PASSWORD_FILE, ROOT, ProcessWatch, files_with, gpu_profile, in_host, run, vault_keys
+
+pytestmark = pytest.mark.testhost
+
+GRID = {
+    "configs": [
+        {"algorithm": "none"},
+        {"algorithm": "ddtree", "budget": 8, "topk": 4, "window": 2048, "block_size": 8},
+        {"algorithm": "ddtree", "budget": 8, "topk": 4, "window": 2048, "block_size": 8, "sim_fault": "crash-on-load"},
+        {"algorithm": "dflash", "window": 2048, "block_size": 8},
+    ]
+}
+SPACE = {"configs": [{"algorithm": "none"}], "grid": {"algorithm": ["ddtree"], "budget": [5, 8], "topk": [4],
+                                                      "window": [2048], "block_size": [8]}}  # fmt: skip
+BENCH = ["--bench-contexts", "60", "--bench-concurrency", "1", "--repeats", "1", "--max-tokens", "32"]
+TUNE = ["--objective", "single-stream", "--max-restarts", "3", "--screen-tokens", "16", "--max-tokens", "32",
+        "--repeats", "1", "--no-write"]  # fmt: skip
+FAST = ["-e", "sglang_service_sim_speed=50"]
+VAULT = ["--vault-password-file", str(PASSWORD_FILE)]
+TIMES: dict[str, float] = {}
+
+
+def sources(inventory: str) -> list[str]:
+    return [f"inventory/{inventory}", "-i", f"tests/rehearsal/{inventory}"]
+
+
+def http(url: str, key: str | None = None, body: dict[str, object] | None = None) -> tuple[int, str]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET")
+    req.add_header("Content-Type", "application/json")
+    if key:
+        req.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def timed(name: str, started: float) -> None:
+    TIMES[name] = round(time.monotonic() - started, 1)
+    print(f"rehearsal: {name} {TIMES[name]} s")
+
+
+def rehearse(inventory: str, address: str, results: Path) -> None:
+    key, admin = vault_keys(inventory)
+    play = [str(BIN / "ansible-playbook"), "-i", *sources(inventory), *VAULT]
+    tool = [sys.executable, "-m"]
+    logs = results / f"{inventory}-logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    base = f"http://{address}:30001"
+    with ProcessWatch() as watch:
+        t = time.monotonic()
+        out = run([*play, "site.yml"], logs / "site.log", timeout=1500)
+        assert "failed=0" in out
+        timed(f"{inventory} site.yml", t)
+
+        # the shipped 0.0.0.0 bind, reached from the controller at the test host's own address, keyed
+        assert http(f"{base}/health")[0] == 200
+        assert http(f"{base}/v1/models")[0] == 401
+        status, models = http(f"{base}/v1/models", key)
+        assert status == 200 and '"kimi-k2.6"' in models
+        assert http(f"{base}/flush_cache", key, {})[0] == 401  # an admin route: the inference key cannot
+        assert http(f"{base}/flush_cache", admin, {})[0] == 200
+        listening = in_host("ss", "-Hltn", "sport = :30001")
+        assert "0.0.0.0:30001" in listening, listening
+
+        t = time.monotonic()
+        grid = results / f"{inventory}-grid.yml"
+        grid.write_text(yaml.safe_dump(GRID))
+        run_id = f"rehearsal-{inventory}"
+        out = run([*tool, "repro_py.sweep", *sources(inventory), *VAULT, "--grid", str(grid), "--results",
+                   str(results), "--run-id", run_id, *BENCH, *FAST], logs / "sweep.log", timeout=1500)  # fmt: skip
+        docs = {p.stem: json.loads(p.read_text()) for p in (results / run_id / "configs").glob("*.json")}
+        failed = {k: v["failure"]["class"] for k, v in docs.items() if v["status"] != "ok"}
+        assert failed == {"ddtree-b8-t4-w2048-bs8-fault-crash-on-load": "failed_to_start"}, (failed, out[-3000:])
+        assert len(docs) == 4 and all(d["engine"]["kind"] == "simulated" for d in docs.values())
+        assert json.loads((results / run_id / "plan.json").read_text())["endpoint"] == base
+        check = subprocess.run(["sha256sum", "-c", "--quiet", "MANIFEST.sha256"], cwd=results / run_id, check=False)
+        assert check.returncode == 0
+        timed(f"{inventory} sweep (4 configs)", t)
+
+        t = time.monotonic()
+        space = results / f"{inventory}-space.yml"
+        space.write_text(yaml.safe_dump(SPACE))
+        out = run([*tool, "repro_py.tune", *sources(inventory), *VAULT, "--space", str(space), *TUNE, "--results",
+                   str(results), "--run-id", f"rehearsal-tune-{inventory}", *FAST], logs / "tune.log", timeout=1500)
+        tuned = results / f"rehearsal-tune-{inventory}"
+        assert (tuned / "configs" / "baseline.json").is_file() and len(list((tuned / "configs").glob("*.json"))) >= 2
+        assert "restart budget" in out or "restarts" in out
+        timed(f"{inventory} tuner (3 restarts)", t)
+
+        t = time.monotonic()
+        env_dir = results / f"{inventory}-env"
+        run([*play, "playbooks/collect.yml", "-e", f"collect_dest={env_dir}"], logs / "collect.log")
+        host = f"{inventory}.example.internal"
+        checksums = json.loads((env_dir / host / "model-checksums.json").read_text())
+        assert set(checksums["dirs"]) == {"/models/Kimi-K2.6", "/models/Kimi-K2.6-DFlash"}
+        assert in_host("sh", "-c", "cd / && sha256sum -c -", stdin=(env_dir / host / "models.sha256").read_text())
+        timed(f"{inventory} collect.yml", t)
+
+        t = time.monotonic()
+        gates = results / f"{inventory}-gates.json"
+        run([*tool, "repro_py.gates", "-i", *sources(inventory), *VAULT, "--expect",
+             "budget=8,topk=4,window=2048,block_size=8", "--lossless-tokens", "16", "--out", str(gates)],
+            logs / "gates.log", expect_rc=None)  # fmt: skip
+        assert json.loads(gates.read_text())["config_echo"]["passed"]
+        bench = results / f"{inventory}-bench.json"
+        run([*tool, "repro_py.bench", "-i", *sources(inventory), *VAULT, "--contexts", "60", "--concurrency", "1",
+             "--repeats", "1", "--max-tokens", "16", "--out", str(bench)], logs / "bench.log")  # fmt: skip
+        cell = json.loads(bench.read_text())["cells"][0]
+        assert cell["status"] == "ok" and cell["notes"] == [], cell  # the cache flushed with the admin key
+        timed(f"{inventory} gates + bench by hand", t)
+
+    secrets = [key, admin]
+    assert not files_with(results, secrets)
+    assert not [cmd for cmd in watch.seen if key in cmd or admin in cmd], "a key was on a command line"
+    journal = in_host("journalctl", "--no-pager", "-o", "cat")
+    assert key not in journal and admin not in journal
+    ps = in_host("ps", "-eo", "args")
+    assert key not in ps and admin not in ps
+
+
+def test_ct200(testhost: str, results_root: Path) -> None:
+    rehearse("ct200", testhost, results_root)
+    key, _ = vault_keys("ct200")
+    logs = results_root / "ct200-logs"
+    play = [str(BIN / "ansible-playbook"), "-i", *sources("ct200"), *VAULT]
+    serving = in_host("systemctl", "show", "sglang-k26-ddtree", "-p", "InvocationID", "--value")
+    # fa3 on the RTX PRO 6000's SM120: refused before the stop, naming what the host can run
+    out = run([*play, "playbooks/reconfigure.yml", "-e", "sglang_service_attention_backend=fa3"],
+              logs / "fa3.log", expect_rc=2)  # fmt: skip
+    text = " ".join(out.split())
+    assert "attention backend fa3 cannot run here" in text and "compute capability 12.0" in text, text[-3000:]
+    assert "This host can run: triton" in text
+    assert in_host("systemctl", "show", "sglang-k26-ddtree", "-p", "InvocationID", "--value") == serving
+    assert http(f"http://{testhost}:30001/v1/models", key)[0] == 200
+
+    # the host leased to another run: site.yml is refused before any role touches the host
+    holder = {"kind": "sweep other-run", "controller_host": "another-controller", "pid": 4242}
+    lease = [*play, "playbooks/lease.yml", "-e", "sglang_service_lease_id=other-run"]
+    run([*lease, "-e", json.dumps({"sglang_service_lease_holder": holder})], logs / "lease-take.log")
+    out = run([*play, "site.yml"], logs / "site-leased.log", expect_rc=2)
+    assert "leased to sweep other-run" in " ".join(out.split())
+    assert "TASK [preflight" not in out and "TASK [python_env" not in out and "TASK [cuda_toolkit" not in out
+    run([*lease, "-e", "sglang_service_lease_state=released"], logs / "lease-release.log")
+
+
+def test_b300(testhost: str, results_root: Path) -> None:
+    gpu_profile("b300", fabric=True)  # B300 SXM6 stand-ins (compute capability 10.3), fabric manager, NVLSM
+    rehearse("b300", testhost, results_root)
+    site = (results_root / "b300-logs" / "site.log").read_text()
+    assert "fabric manager 580.95.05 (/usr/bin/nv-fabricmanager) active, 8 GPUs registered with the fabric" in " ".join(
+        site.split()
+    )
+    assert "After=" in in_host("cat", "/etc/systemd/system/sglang-k26-ddtree.service.d/50-nvidia-fabric.conf")
+
+
+def test_times(results_root: Path) -> None:
+    """The rehearsal's wall time per step (results/<...>/rehearsal-times.json), printed for the report."""
+    if not TIMES:
+        pytest.skip("the rehearsal did not run")
+    (results_root / "rehearsal-times.json").write_text(json.dumps(TIMES, indent=2) + "\n")
+    print(json.dumps(TIMES, indent=2), f"\nrehearsal: {sum(TIMES.values()):.0f} s in the steps above ({NAME})")
+    assert Path(ROOT / "inventory" / "ct200").is_dir()
