@@ -36,7 +36,7 @@ APT_PACKAGES := podman runc debootstrap patch bubblewrap gnupg dpkg-dev openssh-
 
 .PHONY: help demo test setup system-packages venv cpu-venv image testhost wheelhouse deploy sweep tune \
         lint manifest manifest-check locks unit host-checks molecule service-checks service-checks-run deploy-run \
-        e2e e2e-run e2e-tune clean-testhost
+        e2e e2e-run e2e-tune rehearsal rehearsal-run clean-testhost
 
 help:
 	@sed -n '2,7p' Makefile
@@ -144,6 +144,19 @@ host-checks: setup image wheelhouse
 molecule: setup image wheelhouse
 	$(BIN)/molecule test
 
+# The operator's path, executed (tests/rehearsal/): REPRODUCE.md's command blocks as written
+# on a bare Ubuntu 24.04 controller and host, each in a network namespace of its own
+# (local mirrors of the NVIDIA repository, the Python index and the Hub; GPU stand-ins;
+# the simulated engine), then the shipped inventory/ct200 and inventory/b300, unchanged,
+# through their thin overlays on that host with a vaulted key and an admin key: site.yml,
+# a 4-config sweep with a failure, the tuner, collect.yml, gates and bench by hand.
+rehearsal: setup image wheelhouse
+	$(MAKE) --no-print-directory rehearsal-run
+
+rehearsal-run: venv
+	SGLANG_REHEARSAL=1 REHEARSAL_RESULTS=$(RESULTS)/rehearsal-$(RUN_ID) $(PY) -m pytest -q -p no:cacheprovider -s \
+	  --durations=0 tests/rehearsal/test_reproduce.py tests/rehearsal/test_rehearsal.py
+
 # The service on the deployed test host: start limit (deliberate starts vs a
 # crash loop), GPU device nodes in the unit's sandbox, API keys out of ps, the
 # journal and the artifacts, refusals before a start (GPU memory, compute mode,
@@ -170,7 +183,7 @@ e2e-run: venv
 	SGLANG_TESTHOST=1 SWEEP_E2E_RESULTS=$(RESULTS) $(PY) -m pytest -q -p no:cacheprovider -s tests/e2e
 
 # Every stage in order, each timed; the times go to results/stage-times.txt.
-TEST_STAGES := setup lint manifest-check locks unit host-checks molecule deploy service-checks-run e2e-run
+TEST_STAGES := setup lint manifest-check locks unit host-checks rehearsal molecule deploy service-checks-run e2e-run
 test:
 	$(call timed_stages,$(TEST_STAGES),stage-times.txt,make test)
 

@@ -1,132 +1,18 @@
-"""The rehearsal's test host and helpers: a podman systemd container with a network namespace of its own.
-
-The container (testhost/up.sh with TESTHOST_NETWORK) sits on the podman network
-``operator-rehearsal`` (10.89.117.0/24, a bridge on this machine, published nowhere):
-the service's 0.0.0.0 bind is an address of the test host's own namespace, reached
-from this machine at 10.89.117.10 and from nowhere else. Its apt traffic leaves
-through the bridge's NAT to Ubuntu's archive, as the other test hosts' does.
-The container and the network are removed at the end.
-"""
+"""Fixtures of the rehearsal: the results root and the test host (helpers: rehearsal_host.py)."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from rehearsal_host import ADDRESS, ENV, NAME, NETWORK, ROOT, in_host, network, podman, wanted
 
 from repro_py.simengine.fixtures import write_model_dirs
-
-ROOT = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
-NAME = "operator-testhost"
-NETWORK = "operator-rehearsal"
-SUBNET = "10.89.117.0/24"
-ADDRESS = "10.89.117.10"
-PASSWORD_FILE = ROOT / "tests" / "rehearsal" / "vault-password"
-ENV = {
-    **os.environ,
-    "PYTHONPATH": str(ROOT),
-    "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-    "CONTAINERS_CONF": str(ROOT / "testhost" / "containers.conf"),
-    "ANSIBLE_NOCOLOR": "1",
-    "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-}
-ENV.pop("SGLANG_API_KEY", None)
-ENV.pop("SGLANG_ADMIN_API_KEY", None)
-
-
-def wanted() -> bool:
-    return os.environ.get("SGLANG_REHEARSAL") == "1"
-
-
-def podman(*args: str, timeout: float = 300, check: bool = True, stdin: str | None = None) -> str:
-    proc = subprocess.run(["podman", *args], env=ENV, capture_output=True, text=True, timeout=timeout,
-                          check=False, input=stdin)  # fmt: skip
-    if check and proc.returncode != 0:
-        raise AssertionError(f"podman {' '.join(args)} failed: {proc.stdout}{proc.stderr}")
-    return proc.stdout
-
-
-def in_host(*args: str, check: bool = True, stdin: str | None = None) -> str:
-    return podman("exec", "-i", NAME, *args, check=check, stdin=stdin)
-
-
-def run(args: list[str], log: Path, *, timeout: float = 900, expect_rc: int | None = 0) -> str:
-    """Run a command of the rehearsal from the repository root, its output kept in ``log``."""
-    started = time.monotonic()
-    proc = subprocess.run(args, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=timeout,
-                          check=False, stdin=subprocess.DEVNULL)  # fmt: skip
-    out = proc.stdout + proc.stderr
-    log.write_text(f"$ {' '.join(args)}\n(rc={proc.returncode}, {time.monotonic() - started:.1f} s)\n{out}")
-    if expect_rc is not None:
-        assert proc.returncode == expect_rc, f"{' '.join(args[:6])} ... rc={proc.returncode}:\n{out[-6000:]}"
-    return out
-
-
-def vault_keys(inventory: str) -> tuple[str, str]:
-    """The rehearsal's inference and admin keys, read from its vault file as an operator would."""
-    out = subprocess.run(
-        [str(BIN / "ansible-vault"), "view", "--vault-password-file", str(PASSWORD_FILE),
-         str(ROOT / "tests" / "rehearsal" / inventory / "group_vars" / "all" / "vault.yml")],
-        capture_output=True, text=True, check=True, env=ENV,
-    ).stdout  # fmt: skip
-    values = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line and not line.startswith("#"))
-    return values["vault_sglang_service_api_key"].strip(), values["sglang_service_admin_api_key"].strip()
-
-
-class ProcessWatch:
-    """Samples every process's command line on this controller (what ``ps`` shows any user) while it runs."""
-
-    def __init__(self) -> None:
-        self.seen: set[str] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            for entry in Path("/proc").iterdir():
-                try:
-                    self.seen.add((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
-                except OSError:
-                    continue
-            self._stop.wait(0.5)
-
-    def __enter__(self) -> ProcessWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-def files_with(root: Path, secrets: list[str]) -> list[str]:
-    """Every file under ``root`` holding one of ``secrets`` (as text)."""
-    found = []
-    for path in root.rglob("*"):
-        if path.is_file():
-            data = path.read_bytes()
-            found += [f"{path} holds {s[:12]}..." for s in secrets if s.encode() in data]
-    return found
-
-
-def network() -> None:
-    """The podman network, without its DNS daemon (aardvark-dns would outlive the test, holding whatever file
-    descriptors the test had open: a lock among them)."""
-    exists = subprocess.run(["podman", "network", "exists", NETWORK], env=ENV, check=False).returncode == 0
-    if exists and podman("network", "inspect", NETWORK, "--format", "{{.DNSEnabled}}").strip() != "false":
-        podman("network", "rm", "-f", NETWORK)
-        exists = False
-    if not exists:
-        podman("network", "create", "--disable-dns", "--subnet", SUBNET, NETWORK)
 
 
 @pytest.fixture(scope="session")
@@ -139,7 +25,7 @@ def results_root() -> Path:
 
 @pytest.fixture(scope="session")
 def testhost(results_root: Path) -> Iterator[str]:
-    """The bare test host, up with the GPU stand-ins, sshd on its own address, the weights laid down by hand."""
+    """The bare test host, up with the GPU stand-ins and sshd on its own address (REPRODUCE.md's host)."""
     if not wanted():
         pytest.skip("set SGLANG_REHEARSAL=1 (podman, the test-host image, the wheelhouse: make rehearsal)")
     network()
@@ -150,13 +36,6 @@ def testhost(results_root: Path) -> Iterator[str]:
                         timeout=600, check=False)  # fmt: skip
     (results_root / "up.log").write_text(up.stdout + up.stderr)
     assert up.returncode == 0, up.stdout + up.stderr
-    # REPRODUCE.md step 1, by hand: the target and the drafter under /models (SIMULATED directories: config.json only)
-    with tempfile.TemporaryDirectory() as tmp:
-        paths = write_model_dirs(tmp)
-        in_host("mkdir", "-p", "/models")
-        podman("cp", paths["model_path"], f"{NAME}:/models/Kimi-K2.6")
-        podman("cp", paths["draft_model_path"], f"{NAME}:/models/Kimi-K2.6-DFlash")
-        in_host("chmod", "-R", "o+rX", "/models")
     print(f"rehearsal: test host {NAME} at {ADDRESS} up in {time.monotonic() - started:.0f} s")
     try:
         yield ADDRESS
@@ -166,13 +45,21 @@ def testhost(results_root: Path) -> Iterator[str]:
             subprocess.run(["podman", "network", "rm", "-f", NETWORK], env=ENV, check=False, capture_output=True)
 
 
-def gpu_profile(profile: str, fabric: bool) -> None:
-    """Turn the test host's GPU stand-ins into ``profile``'s (and add the NVSwitch fabric stand-ins)."""
-    state = json.loads(in_host("cat", "/etc/fake-nvidia/state.json"))
-    doc = subprocess.run(
-        [sys.executable, str(ROOT / "testhost" / "fake-gpu" / "state.py"), "--uvm-major", str(state["uvm_major"]),
-         "--profile", profile], capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    in_host("sh", "-c", "cat > /etc/fake-nvidia/state.json", stdin=doc)
-    if fabric:
-        in_host("sh", stdin=(ROOT / "testhost" / "fake-gpu" / "fabric.sh").read_text())
+@pytest.fixture(scope="session")
+def weights(testhost: str) -> str:
+    """REPRODUCE.md step 1 when it has not run: the target and the drafter under /models, laid down by hand
+    (SIMULATED directories: config.json only)."""
+    if _exists():
+        return testhost
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = write_model_dirs(tmp)
+        in_host("mkdir", "-p", "/models")
+        podman("cp", paths["model_path"], f"{NAME}:/models/Kimi-K2.6")
+        podman("cp", paths["draft_model_path"], f"{NAME}:/models/Kimi-K2.6-DFlash")
+        in_host("chmod", "-R", "o+rX", "/models")
+    return testhost
+
+
+def _exists() -> bool:
+    return subprocess.run(["podman", "exec", NAME, "test", "-f", "/models/Kimi-K2.6-DFlash/config.json"], env=ENV,
+                          check=False).returncode == 0  # fmt: skip

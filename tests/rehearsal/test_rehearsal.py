@@ -25,7 +25,18 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import BIN, NAME, PASSWORD_FILE, ROOT, ProcessWatch, files_with, gpu_profile, in_host, run, vault_keys
+from rehearsal_host import (
+    BIN,
+    NAME,
+    PASSWORD_FILE,
+    ROOT,
+    ProcessWatch,
+    files_with,
+    gpu_profile,
+    in_host,
+    run,
+    vault_keys,
+)
 
 pytestmark = pytest.mark.testhost
 
@@ -148,7 +159,8 @@ def rehearse(inventory: str, address: str, results: Path) -> None:
     assert key not in ps and admin not in ps
 
 
-def test_ct200(testhost: str, results_root: Path) -> None:
+def test_ct200(weights: str, results_root: Path) -> None:
+    testhost = weights
     rehearse("ct200", testhost, results_root)
     key, _ = vault_keys("ct200")
     logs = results_root / "ct200-logs"
@@ -173,13 +185,14 @@ def test_ct200(testhost: str, results_root: Path) -> None:
     run([*lease, "-e", "sglang_service_lease_state=released"], logs / "lease-release.log")
 
 
-def test_b300(testhost: str, results_root: Path) -> None:
-    gpu_profile("b300", fabric=True)  # B300 SXM6 stand-ins (compute capability 10.3), fabric manager, NVLSM
+def test_b300(weights: str, results_root: Path) -> None:
+    testhost = weights
+    # B300 SXM6 stand-ins (compute capability 10.3); fabric manager and NVLSM: REPRODUCE.md step 0's, else stand-ins
+    gpu_profile("b300", fabric=in_host("sh", "-c", "command -v nv-fabricmanager || true").strip() == "")
     rehearse("b300", testhost, results_root)
-    site = (results_root / "b300-logs" / "site.log").read_text()
-    assert "fabric manager 580.95.05 (/usr/bin/nv-fabricmanager) active, 8 GPUs registered with the fabric" in " ".join(
-        site.split()
-    )
+    site = " ".join((results_root / "b300-logs" / "site.log").read_text().split())
+    driver = json.loads(in_host("cat", "/etc/fake-nvidia/state.json"))["driver_version"]
+    assert f"fabric manager {driver} (/usr/bin/nv-fabricmanager) active, 8 GPUs registered with the fabric" in site
     assert "After=" in in_host("cat", "/etc/systemd/system/sglang-k26-ddtree.service.d/50-nvidia-fabric.conf")
 
 

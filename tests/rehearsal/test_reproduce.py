@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ADDRESS, ENV, NAME, NETWORK, ROOT, in_host, podman
 from mirrors import Served, files, serve_dir, simple_index
+from rehearsal_host import ADDRESS, ENV, NAME, NETWORK, ROOT, in_host, podman
 
 from repro_py.simengine.fixtures import write_model_dirs
 
