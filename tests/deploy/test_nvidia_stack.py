@@ -147,3 +147,19 @@ def test_the_r580_package_names_are_pinned_and_held() -> None:
     nvswitch = (ROOT / "roles/preflight/tasks/nvswitch.yml").read_text()
     assert "--fabricmanager-binary" in nvswitch and "--fabric-state" in nvswitch
     assert "fabricmanager_package" not in nvswitch  # never a package name for fabric manager's version
+
+
+def test_b300s_check_only_inputs_pass_without_an_nvlsm_version(run_playbook, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """inventory/b300 (NVSwitch, NVLSM, check only) sets no nvlsm version: nothing is installed, nothing needs a
+    pin. Installing still needs one for every package it installs."""
+    play = tmp_path / "play.yml"
+    play.write_text(
+        "- hosts: all\n  gather_facts: false\n  tasks:\n    - ansible.builtin.include_role:\n"
+        "        name: nvidia_driver\n        tasks_from: preflight.yml\n"
+    )
+    b300 = ["-e", json.dumps({"nvidia_driver_nvswitch": True, "nvidia_driver_nvlsm": True})]
+    ok = run_playbook("-i", "localhost,", "-c", "local", str(play), *b300)
+    assert ok.returncode == 0, ok.stdout[-2000:]
+    installing = run_playbook("-i", "localhost,", "-c", "local", str(play), *b300, "-e",
+                              json.dumps({"nvidia_driver_install": True}))  # fmt: skip
+    assert installing.returncode != 0 and "not pinned: nvlsm" in " ".join(installing.stdout.split())

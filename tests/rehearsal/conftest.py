@@ -29,6 +29,9 @@ def testhost(results_root: Path) -> Iterator[str]:
     if not wanted():
         pytest.skip("set SGLANG_REHEARSAL=1 (podman, the test-host image, the wheelhouse: make rehearsal)")
     network()
+    if os.environ.get("KEEP") == "1" and podman("ps", "-q", "--filter", f"name=^{NAME}$").strip():
+        yield ADDRESS  # a host kept from the last run (KEEP=1): for working on the rehearsal itself
+        return
     subprocess.run([str(ROOT / "testhost" / "down.sh"), NAME], env=ENV, check=False, capture_output=True)
     up_env = {**ENV, "TESTHOST_NETWORK": NETWORK, "TESTHOST_IP": ADDRESS, "TESTHOST_GPU_PROFILE": "rtx-pro-6000"}
     started = time.monotonic()
