@@ -2,7 +2,7 @@
 
 The blocks are extracted from the document (```sh host / ```sh controller) and split into commands; each
 command runs in its machine's one shell session (the directory, exported environment and umask one command
-leaves are the next one's), on the host as ``deploy`` and on the controller as ``operator``, both with
+leaves are the next one's), on the host as ``deploy`` and on the controller as ``engineer``, both with
 password-less sudo. The only changes are the document's own table of substitutions (its last section), each
 of which must be used: local mirrors for the NVIDIA repository, the Python index and the Hugging Face Hub;
 the GPU stand-ins; the simulated engine through the inventory edits; SIGINT for Ctrl-C. A block this test does
@@ -176,7 +176,7 @@ def mirrors(testhost: str, results_root: Path) -> Iterator[dict[str, str]]:
 
 @pytest.fixture(scope="module")
 def controller(testhost: str, results_root: Path) -> Iterator[str]:
-    """A bare Ubuntu 24.04 controller: user operator with password-less sudo, its key authorized on the host."""
+    """A bare Ubuntu 24.04 controller: user engineer with password-less sudo, its key authorized on the host."""
     subprocess.run(["podman", "rm", "-f", CONTROLLER], env=ENV, check=False, capture_output=True)
     clone = Path(tempfile.mkdtemp(prefix="reproduce-clone-")) / "sglang-ddtree.git"
     subprocess.run(["git", "clone", "-q", "--bare", str(ROOT), str(clone)], check=True)
@@ -186,17 +186,17 @@ def controller(testhost: str, results_root: Path) -> Iterator[str]:
     ssh = Path.home() / ".ssh" / "sglang-testhost"
     hostkey = " ".join(in_host("cat", "/etc/ssh/ssh_host_ed25519_key.pub").split()[:2])
     setup = (
-        "useradd --create-home --shell /bin/bash operator && "
-        "echo 'operator ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/operator && chmod 0440 /etc/sudoers.d/operator && "
-        "install -d -m 0700 -o operator -g operator /home/operator/.ssh"
+        "useradd --create-home --shell /bin/bash engineer && "
+        "echo 'engineer ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/engineer && chmod 0440 /etc/sudoers.d/engineer && "
+        "install -d -m 0700 -o engineer -g engineer /home/engineer/.ssh"
     )
     podman("exec", CONTROLLER, "sh", "-c", setup)
     for name, body in (("id_ed25519", (ssh / "id_ed25519").read_text()),
                        ("id_ed25519.pub", (ssh / "id_ed25519.pub").read_text()),
                        ("known_hosts", f"ct200 {hostkey}\n")):  # fmt: skip
         podman("exec", "-i", CONTROLLER, "sh", "-c",
-               f"cat > /home/operator/.ssh/{name} && chown operator: /home/operator/.ssh/{name} && "
-               f"chmod 0600 /home/operator/.ssh/{name}", stdin=body)  # fmt: skip
+               f"cat > /home/engineer/.ssh/{name} && chown engineer: /home/engineer/.ssh/{name} && "
+               f"chmod 0600 /home/engineer/.ssh/{name}", stdin=body)  # fmt: skip
     try:
         yield CONTROLLER
     finally:
@@ -223,14 +223,14 @@ def test_reproduce_md_as_written(testhost: str, mirrors: dict[str, str], control
     table = doc.split("## What the rehearsal substitutes", 1)[1]
     found = blocks(doc)
     assert [m for m, _ in found][:4] == ["host"] * 4 and found[-1][0] == "controller", [m for m, _ in found]
-    clone = "/home/operator/sglang-ddtree"
+    clone = "/home/engineer/sglang-ddtree"
     pip_env = {"PIP_INDEX_URL": mirrors["pypi"], "PIP_TRUSTED_HOST": GATEWAY}
     logs = results_root / "reproduce"
     logs.mkdir(exist_ok=True)
     sessions = {
         "host": Session(NAME, "deploy", {**pip_env, "HF_ENDPOINT": mirrors["hub"], "USER": "deploy"},
                         logs / "host.log"),
-        "controller": Session(CONTROLLER, "operator", {**pip_env, "USER": "operator"}, logs / "controller.log"),
+        "controller": Session(CONTROLLER, "engineer", {**pip_env, "USER": "engineer"}, logs / "controller.log"),
     }
     edited = edits(clone)
     used: set[str] = set()
@@ -301,7 +301,7 @@ def interrupted(session: Session, command: str, clone: str) -> None:
             break
         assert proc.poll() is None, f"the sweep ended before its first result:\n{proc.communicate()[0]}"
         time.sleep(1)
-    session.raw("pkill -INT -u operator -f 'python -m repro_py.sweep inventory/mysite$'")
+    session.raw("pkill -INT -u engineer -f 'python -m repro_py.sweep inventory/mysite$'")
     out, _ = proc.communicate(timeout=600)
     with session.log.open("a") as fh:
         fh.write(f"\n$ {command}   (interrupted)\n(rc={proc.returncode})\n{out}")
