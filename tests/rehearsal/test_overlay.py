@@ -28,6 +28,8 @@ ALLOWED = {
     # engine: the simulated one (its venv has no torch to check)
     "sglang_service_engine": "engine simulated",
     "preflight_torch_check": "engine simulated",
+    "sglang_service_sim_load_seconds": "engine simulated",
+    "sglang_service_sim_warmup_seconds": "engine simulated",
     # GPU stand-ins: device nodes with no driver behind them
     "sglang_service_device_check": "GPU stand-ins",
     # install sources and paths: the offline wheelhouse, the test host's lock and wheels

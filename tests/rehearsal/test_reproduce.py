@@ -15,6 +15,7 @@ The host is the rehearsal's test host (tests/rehearsal/conftest.py); the shipped
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -120,6 +121,7 @@ def edits(clone: str) -> dict[str, str]:
     service = yaml.safe_load((ct200 / "group_vars" / "all" / "service.yml").read_text())
     service.update({
         "sglang_service_engine": "simulated", "sglang_service_sim_speed": 50.0, "preflight_torch_check": "auto",
+        "sglang_service_sim_load_seconds": 0.5, "sglang_service_sim_warmup_seconds": 0.5,
         "sglang_service_device_check": "allow_no_driver", "cuda_toolkit_wheel_python": "python3",
         "python_env_python": "python3",
         "python_env_requirements": "{{ inventory_dir }}/../../requirements/testhost.lock",
@@ -200,7 +202,8 @@ def controller(testhost: str, results_root: Path) -> Iterator[str]:
     try:
         yield CONTROLLER
     finally:
-        subprocess.run(["podman", "rm", "-f", CONTROLLER], env=ENV, check=False, capture_output=True)
+        if os.environ.get("KEEP") != "1":
+            subprocess.run(["podman", "rm", "-f", CONTROLLER], env=ENV, check=False, capture_output=True)
 
 
 def reboot_host() -> None:
