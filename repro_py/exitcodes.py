@@ -9,5 +9,5 @@ class ExitCode(enum.IntEnum):
     OK = 0
     FAILURE = 1  # the command ran but what it checked failed (a gate, a verify)
     USAGE = 2  # bad command line or bad input; nothing was changed
-    LEASED = 3  # the host is leased to another run (a sweep or a deploy); nothing was changed
+    LEASED = 3  # the host is leased to another run (a sweep or a deploy), or sudo wants a password; nothing was changed
     INTERRUPTED = 130  # Ctrl-C; state left resumable

@@ -2,9 +2,11 @@
 
 Exit codes (:class:`repro_py.exitcodes.ExitCode`): 0 the sweep ran to the end
 (failed configs are results, listed with reasons in the report); 1 the sweep
-ran but restoring the default config failed; 2 bad command line or an
-invalid plan (nothing was restarted); 3 the host is leased to another sweep
-or deploy (nothing was restarted); 130 interrupted (resumable).
+ran but restoring the default config failed; 2 bad command line, an
+invalid plan or an inventory value that cannot be resolved (nothing was
+restarted); 3 the host is leased to another sweep or deploy, or the plays
+cannot become root (sudo wants a password; nothing was restarted); 130
+interrupted (resumable).
 """
 
 from __future__ import annotations

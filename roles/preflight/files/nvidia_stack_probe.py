@@ -2,8 +2,8 @@
 """Report the NVIDIA driver stack of this host as JSON (read-only).
 
 driver: the loaded kernel module's version (/sys/module/nvidia/version) when a
-module is loaded, else the version nvidia-smi reports, else the upstream version
-of the installed driver package;
+module is loaded, else the upstream version of the installed driver package
+(what the next boot loads), else the version nvidia-smi reports;
 packages: installed version of each package named on the command line;
 fabricmanager: the fabric manager binary's own version (``nv-fabricmanager
 --version``: "Fabric Manager version is : 580.126.20"), whatever package
@@ -125,10 +125,11 @@ def main(argv: list[str] | None = None) -> int:
         units[unit] = out or "unknown"
     processes = {name: subprocess.run(["pgrep", "-x", name], capture_output=True, check=False).returncode == 0
                  for name in args.process}
-    smi = None if loaded else smi_driver()
-    driver = loaded or smi or upstream(packages[args.driver_package])
-    source = ("loaded kernel module" if loaded else "nvidia-smi" if smi
-              else (f"package {args.driver_package}" if driver else "none"))
+    package = upstream(packages[args.driver_package])
+    smi = None if loaded or package else smi_driver()
+    driver = loaded or package or smi
+    source = ("loaded kernel module" if loaded else f"package {args.driver_package}" if package
+              else "nvidia-smi" if smi else "none")
     report: dict[str, object] = {
         "driver": driver, "driver_source": source, "loaded_module": loaded, "packages": packages,
         "upstream": {k: upstream(v) for k, v in packages.items()}, "units": units, "processes": processes,
