@@ -7,7 +7,7 @@
   the Hugging Face CLI with its dependencies (``pipx install huggingface_hub==2.4.0``) and
   the build backend and pip itself; cached in ``.cache/rehearsal-mirror/``;
 - NVIDIA's apt repository: a local signed one of dummy packages (tests/install/aptrepo);
-- the Hugging Face Hub: tests/reproduce/hf_mirror.py over SIMULATED model directories.
+- the Hugging Face Hub: tests/rehearsal/hf_mirror.py over SIMULATED model directories.
 
 Each is served on the podman bridge's gateway address only (never beyond this machine).
 """

@@ -166,7 +166,7 @@ def mirrors(testhost: str, results_root: Path) -> Iterator[dict[str, str]]:
         (hub / "SubSir").mkdir()
         Path(models["model_path"]).rename(hub / "moonshotai" / "Kimi-K2.6")
         Path(models["draft_model_path"]).rename(hub / "SubSir" / "Kimi-K2.6-DFlash-tmp-long")
-        hf = Served([str(Path(ROOT / ".venv" / "bin" / "python")), str(ROOT / "tests" / "reproduce" / "hf_mirror.py"),
+        hf = Served([str(Path(ROOT / ".venv" / "bin" / "python")), str(ROOT / "tests" / "rehearsal" / "hf_mirror.py"),
                      str(hub), "--sha", HF_SHA, "--bind", GATEWAY], logs / "hub.log")  # fmt: skip
         started.append(hf)
         yield {"pypi": url.format(port=pypi.port) + "simple/", "apt": url.format(port=apt_probe.port),
