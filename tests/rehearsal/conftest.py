@@ -10,9 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from rehearsal_host import ADDRESS, ENV, NAME, NETWORK, ROOT, in_host, network, podman, wanted
 
 from repro_py.simengine.fixtures import write_model_dirs
+from tests.rehearsal.rehearsal_host import ADDRESS, ENV, NAME, NETWORK, ROOT, in_host, network, podman, wanted
 
 
 @pytest.fixture(scope="session")

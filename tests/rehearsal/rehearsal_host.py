@@ -125,12 +125,14 @@ def network() -> None:
 
 
 def gpu_profile(profile: str, fabric: bool) -> None:
-    """Turn the test host's GPU stand-ins into ``profile``'s (and add the NVSwitch fabric stand-ins)."""
+    """Turn the test host's GPU stand-ins into ``profile``'s, at the driver version they report now (the one
+    REPRODUCE.md's step 0 installed, if it ran), and add the NVSwitch fabric stand-ins."""
     state = json.loads(in_host("cat", "/etc/fake-nvidia/state.json"))
-    doc = subprocess.run(
+    doc = json.loads(subprocess.run(
         [sys.executable, str(ROOT / "testhost" / "fake-gpu" / "state.py"), "--uvm-major", str(state["uvm_major"]),
          "--profile", profile], capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    in_host("sh", "-c", "cat > /etc/fake-nvidia/state.json", stdin=doc)
+    ).stdout)  # fmt: skip
+    doc["driver_version"] = state["driver_version"]
+    in_host("sh", "-c", "cat > /etc/fake-nvidia/state.json", stdin=json.dumps(doc, indent=2) + "\n")
     if fabric:
         in_host("sh", stdin=(ROOT / "testhost" / "fake-gpu" / "fabric.sh").read_text())

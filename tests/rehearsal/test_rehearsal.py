@@ -27,7 +27,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from rehearsal_host import (
+
+from tests.rehearsal.rehearsal_host import (
     BIN,
     NAME,
     PASSWORD_FILE,

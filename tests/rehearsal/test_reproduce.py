@@ -26,10 +26,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from mirrors import Served, files, serve_dir, simple_index
-from rehearsal_host import ADDRESS, ENV, NAME, NETWORK, ROOT, in_host, podman
 
 from repro_py.simengine.fixtures import write_model_dirs
+from tests.rehearsal.mirrors import Served, files, serve_dir, simple_index
+from tests.rehearsal.rehearsal_host import ADDRESS, ENV, NAME, NETWORK, ROOT, in_host, podman
 
 pytestmark = pytest.mark.testhost
 

@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 import yaml
-from test_reproduce import DOC, blocks, commands
+
+from tests.rehearsal.test_reproduce import DOC, blocks, commands
 
 ROOT = Path(__file__).resolve().parents[2]
 
