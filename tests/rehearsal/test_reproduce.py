@@ -132,8 +132,7 @@ def edits(clone: str) -> dict[str, str]:
     sweep["sweep_grid"] = [
         {"algorithm": "none"},
         {"algorithm": "ddtree", "budget": 8, "topk": 4, "window": 2048, "block_size": 8},
-        {"algorithm": "ddtree", "budget": 8, "topk": 4, "window": 2048, "block_size": 8, "sim_fault": "crash-on-load"},
-    ]
+    ]  # Ctrl-C after the first, --resume runs the second; a failing config: test_rehearsal.py's sweeps
     sweep["sweep_bench"] = {"contexts": [60], "concurrency": [1], "repeats": 1, "max_tokens": 32}
     base = f"{clone}/inventory/mysite"
     return {
@@ -321,7 +320,7 @@ def check_outcome(session: Session, clone: str) -> None:
     state = json.loads(session.raw(f"cat {clone}/results/*/state.json").stdout)
     assert state["status"] == "complete" and state["restore"]["status"] == "ok", state
     results = session.raw(f"cat {clone}/results/*/configs/*.json").stdout
-    assert results.count('"status": "ok"') >= 2 and '"failed_to_start"' in results
+    assert results.count('"status": "ok"') == 2, results[-3000:]  # both configs, one before Ctrl-C, one after
     assert session.raw(f"cd {clone}/results && cd $(ls -d */ | grep -v env | head -1) && sha256sum -c --quiet "
                        "MANIFEST.sha256").returncode == 0  # fmt: skip
     keys = session.raw("cat ~/.sglang-api-key ~/.sglang-admin-key").stdout
