@@ -9,7 +9,10 @@ sweep report's own definitions):
 
 SLOs (``--slo METRIC<=VALUE`` or ``METRIC>=VALUE``, repeatable): a winner must
 meet every one. ``ttft_p50_ms``, ``ttft_p99_ms``, ``itl_p50_ms``,
-``itl_p99_ms`` are read at the objective's own cell; ``single_stream_tps``,
+``itl_p99_ms`` (the gap between streamed chunks, the benchmark's
+``itl_chunk_ms``: the stall a reader sees), ``itl_token_p50_ms``,
+``itl_token_p99_ms`` (time per output token, the benchmark's
+``itl_token_ms``) are read at the objective's own cell; ``single_stream_tps``,
 ``throughput_tps``, ``long_context_tps`` at that objective's cell (measured
 for every config when used); ``coding_pass_rate`` (0..1) from the coding gate.
 Latency percentiles do not depend on the output length, so a config that
@@ -94,6 +97,8 @@ SLO_METRICS: dict[str, tuple[str, str]] = {
     "ttft_p99_ms": ("latency", "ms"),
     "itl_p50_ms": ("latency", "ms"),
     "itl_p99_ms": ("latency", "ms"),
+    "itl_token_p50_ms": ("latency", "ms"),
+    "itl_token_p99_ms": ("latency", "ms"),
     "single_stream_tps": ("tps", "tok/s"),
     "throughput_tps": ("tps", "tok/s"),
     "long_context_tps": ("tps", "tok/s"),
@@ -160,27 +165,46 @@ def _num(value: object) -> float | None:
     return float(value)
 
 
-def repeat_values(cell: Mapping[str, Any] | None, metric: str) -> list[float]:
-    """Per-repeat figures of a finished cell: ``output_tps`` or a latency percentile such as ``ttft_p99_ms``.
+#: SLO metric family -> the benchmark's percentile blocks that carry it, first found wins (``itl_ms`` is the
+#: per-chunk ITL's name in results written before per-token ITL was measured; the sweep report reads it too).
+LATENCY_BLOCKS: dict[str, tuple[str, ...]] = {
+    "ttft": ("ttft_ms",),
+    "itl": ("itl_chunk_ms", "itl_ms"),
+    "itl_token": ("itl_token_ms",),
+}
 
-    Only repeats whose every request succeeded count: a repeat with a failed
-    request is not a measurement of the config (its throughput would be of the
-    requests that happened to succeed)."""
+
+def valid_repeats(cell: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
+    """The repeats of a finished cell that are measurements: every request of the repeat succeeded (a repeat
+    with a failed request measured only the requests that happened to succeed)."""
     if not cell or cell.get("status") != "ok":
         return []
-    out: list[float] = []
-    for rep in cell.get("repeats") or []:
-        if not isinstance(rep, Mapping) or (rep.get("errors") or 0) > 0 or not rep.get("ok", 1):
-            continue
-        if metric == "output_tps":
-            value = _num(rep.get("output_tps"))
-        else:
-            family, _, pct = metric.removesuffix("_ms").rpartition("_")
-            block = rep.get(f"{family}_ms") or {}
-            value = _num(block.get(pct)) if isinstance(block, Mapping) else None
-        if value is not None and value > 0:
-            out.append(value)
-    return out
+    return [
+        rep
+        for rep in cell.get("repeats") or []
+        if isinstance(rep, Mapping) and not (rep.get("errors") or 0) > 0 and rep.get("ok", 1)
+    ]
+
+
+def repeat_value(rep: Mapping[str, Any], metric: str) -> float | None:
+    """One repeat's ``output_tps``, ``accept_length`` (counters) or latency percentile such as ``ttft_p99_ms`` or
+    ``itl_token_p50_ms``."""
+    if metric in ("output_tps", "accept_length"):
+        value = _num(rep.get(metric))
+    else:
+        family, _, pct = metric.removesuffix("_ms").rpartition("_")
+        value = None
+        for name in LATENCY_BLOCKS.get(family, ()):
+            block = rep.get(name)
+            if isinstance(block, Mapping):
+                value = _num(block.get(pct))
+                break
+    return value if value is not None and value > 0 else None
+
+
+def repeat_values(cell: Mapping[str, Any] | None, metric: str) -> list[float]:
+    """Per-repeat figures of a finished cell (:func:`repeat_value`) over its valid repeats."""
+    return [v for rep in valid_repeats(cell) if (v := repeat_value(rep, metric)) is not None]
 
 
 def accept_length(cell: Mapping[str, Any] | None) -> float | None:

@@ -13,7 +13,14 @@ from __future__ import annotations
 
 from repro_py.report.render import build_report
 from repro_py.sweep.benchplan import BenchPlan
-from repro_py.sweep.cli import RUN_ID_RE, default_run_id, local_reconfigurer, parse_extra_vars, print_resume
+from repro_py.sweep.cli import (
+    RUN_ID_RE,
+    default_run_id,
+    local_reconfigurer,
+    parse_extra_vars,
+    print_resume,
+    resume_command,
+)
 from repro_py.sweep.errors import PlanError
 from repro_py.sweep.estimate import format_duration
 from repro_py.sweep.failures import GATE_FAILED
@@ -69,6 +76,7 @@ __all__ = [
     "now_iso",
     "parse_extra_vars",
     "print_resume",
+    "resume_command",
     "validate_all",
     "validate_config",
 ]
