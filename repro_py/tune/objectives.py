@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -214,14 +215,25 @@ def accept_length(cell: Mapping[str, Any] | None) -> float | None:
     return _num((cell.get("median") or {}).get("accept_length"))
 
 
+def step_values(cell: Mapping[str, Any] | None) -> list[float]:
+    """Per valid repeat, the decode step time: the time per output token (the client's ``itl_token_ms``
+    median over requests: first to last text chunk over the tokens between, which chunks arriving in bursts do
+    not move) times the tokens one verify step commits (the repeat's acceptance length from the server's
+    counters). A repeat without counters gives its median gap between streamed chunks (one chunk per verify
+    step; a loaded client that reads several chunks at once shortens those gaps)."""
+    out: list[float] = []
+    for rep in valid_repeats(cell):
+        per_token, accept = repeat_value(rep, "itl_token_p50_ms"), repeat_value(rep, "accept_length")
+        value = per_token * accept if per_token is not None and accept is not None else repeat_value(rep, "itl_p50_ms")
+        if value is not None:
+            out.append(value)
+    return out
+
+
 def step_ms(cell: Mapping[str, Any] | None) -> float | None:
-    """The decode step time of a finished cell: the median over its repeats of the median inter-chunk gap
-    (each streamed chunk carries one verify step's tokens)."""
-    values = sorted(repeat_values(cell, "itl_p50_ms"))
-    if not values:
-        return None
-    mid = len(values) // 2
-    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2.0
+    """The decode step time of a finished cell: the median over its repeats of :func:`step_values`."""
+    values = step_values(cell)
+    return statistics.median(values) if values else None
 
 
 def find_cell(cells: Sequence[Mapping[str, Any]], cell: Cell) -> Mapping[str, Any] | None:

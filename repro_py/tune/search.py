@@ -26,6 +26,7 @@ from repro_py.tune.objectives import (
     repeat_values,
     slo_cells,
     step_ms,
+    step_values,
 )
 from repro_py.tune.projection import projected_values
 from repro_py.tune.proposals import Proposal
@@ -199,7 +200,7 @@ class Search:
             data.accept[obj.key] = accept_length(cell)
             data.step_ms[obj.key] = step_ms(cell)
             data.accept_values[obj.key] = repeat_values(cell, "accept_length")
-            data.step_values[obj.key] = repeat_values(cell, "itl_p50_ms")
+            data.step_values[obj.key] = step_values(cell)
             for slo in self.settings.slos:
                 if slo.kind == "latency":
                     data.slo_values[f"{obj.key}|{slo.metric}"] = repeat_values(cell, slo.metric)

@@ -166,7 +166,7 @@ class Observation:
     spec: SpecConfig
     tps: float  # the measured figure (aggregate output tok/s, first token included)
     accept: float | None  # acceptance length from the counters
-    step_ms: float | None  # decode step time (median inter-chunk gap)
+    step_ms: float | None  # decode step time (time per token x acceptance, repro_py.tune.objectives.step_values)
     rel_se: float  # relative standard error of tps (log-space sd)
     accept_rel_se: float | None = None  # relative standard error of the acceptance length (None: rel_se)
     step_rel_se: float | None = None  # relative standard error of the step time (None: rel_se)

@@ -82,14 +82,21 @@ def _short(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [c for c in cells if c.get("max_tokens") != 512]
 
 
-def test_the_step_time_is_read_from_the_clients_inter_chunk_gaps(measured: dict[str, list[dict[str, Any]]]) -> None:
+def test_the_step_time_is_read_from_the_clients_per_token_latency_and_the_counters(
+    measured: dict[str, list[dict[str, Any]]],
+) -> None:
     cell = find_cell(_short(measured["ddtree-b8-t4-w2048-bs8"]), Cell(60, 1))
     assert cell is not None and cell["status"] == "ok", cell
     got = step_ms(cell)
     model = perf_model.ModelConfig(mode="ddtree", block_size=8, budget=8, topk=4, window=2048)
-    want = perf_model.step_ms(model, 1, 60) / SPEED  # one verify step per streamed chunk
+    want = perf_model.step_ms(model, 1, 60) / SPEED  # time per token x tokens per verify step
     assert got is not None, f"no step time from the client's cell (repeat keys: {sorted(cell['repeats'][0])})"
     assert 0.5 * want < got < 1.6 * want, (got, want)
+    # 32 streams: the client reads chunks in bursts (their gaps say little), the per-token time still holds
+    # (the engine may run late on a loaded machine: a wider upper bound)
+    busy = find_cell(_short(measured["ddtree-b8-t4-w2048-bs8"]), Cell(60, 32))
+    got, want = step_ms(busy), perf_model.step_ms(model, 32, 60) / SPEED
+    assert got is not None and 0.5 * want < got < 2.5 * want, (got, want)
 
 
 def test_every_slo_metric_reads_a_value_from_every_repeat(measured: dict[str, list[dict[str, Any]]]) -> None:
