@@ -113,20 +113,17 @@ class Search:
 
     def mandatory_restarts(self, *, restore: bool) -> tuple[int, list[str]]:
         """Restarts every run makes before any candidate: (count, what they are)."""
-        parts: list[str] = []
+        parts: list[tuple[int, str]] = []
         default_is_baseline = self.default is not None and self.default.spec.algorithm == "none"
         if any(c.spec.algorithm == "none" for c in self.space.configs) and not default_is_baseline:
-            parts.append("1 for the baseline (the lossless reference)")
+            parts.append((1, "the baseline (the lossless reference)"))
         if self.default is not None:
             n = max(1, self.settings.reference_restarts)
-            parts.append(
-                f"{n} for the inventory's current config {self.default.label} (the one to beat"
-                + ("; restarted twice or more to measure the between-restart noise)" if n > 1 else ")")
-            )
+            why = "; restarted twice or more to measure the between-restart noise" if n > 1 else ""
+            parts.append((n, f"the inventory's current config {self.default.label} (the one to beat{why})"))
         if restore:
-            parts.append("1 for the final restore")
-        count = sum(int(p.split(" ", 1)[0]) for p in parts)
-        return count, parts
+            parts.append((1, "the final restore"))
+        return sum(n for n, _ in parts), [f"{n} for {what}" for n, what in parts]
 
     def config_for(self, label: str) -> PlannedConfig | None:
         """The config of a result label (a repeated restart ``x.r2`` of the space's ``x`` included)."""
