@@ -26,7 +26,7 @@ from repro_py.tune.search import Search, SearchSettings
 from repro_py.tune.space import validated
 from tests.sweep.conftest import make_target
 
-SPEED = 20.0
+SPEED = 5.0  # steps of milliseconds: a busy machine's scheduling delays do not swamp them
 TOKENS = 64
 CONFIGS = {
     "ddtree-b8-t4-w2048-bs8": {"algorithm": "ddtree", "budget": 8, "topk": 4, "window": 2048, "block_size": 8},
@@ -91,12 +91,12 @@ def test_the_step_time_is_read_from_the_clients_per_token_latency_and_the_counte
     model = perf_model.ModelConfig(mode="ddtree", block_size=8, budget=8, topk=4, window=2048)
     want = perf_model.step_ms(model, 1, 60) / SPEED  # time per token x tokens per verify step
     assert got is not None, f"no step time from the client's cell (repeat keys: {sorted(cell['repeats'][0])})"
-    assert 0.5 * want < got < 1.6 * want, (got, want)
+    assert 0.5 * want < got < 2.0 * want, (got, want)
     # 32 streams: the client reads chunks in bursts (their gaps say little), the per-token time still holds
     # (the engine may run late on a loaded machine: a wider upper bound)
     busy = find_cell(_short(measured["ddtree-b8-t4-w2048-bs8"]), Cell(60, 32))
     got, want = step_ms(busy), perf_model.step_ms(model, 32, 60) / SPEED
-    assert got is not None and 0.5 * want < got < 2.5 * want, (got, want)
+    assert got is not None and 0.5 * want < got < 3.0 * want, (got, want)
 
 
 def test_every_slo_metric_reads_a_value_from_every_repeat(measured: dict[str, list[dict[str, Any]]]) -> None:
