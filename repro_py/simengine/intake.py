@@ -4,7 +4,8 @@ After the FastAPI/pydantic layer (``validation``) and, on ``/generate``, the
 API contract (``contract``), sglang runs, for one request:
 
 1. the serving layer's ``_validate_request`` (chat: ``Messages cannot be
-   empty.``; completions: ``Prompt cannot be empty``), then its conversion into
+   empty.``, then an image/video/audio part refused by a text-only model;
+   completions: ``Prompt cannot be empty``), then its conversion into
    sampling parameters (``sampling.request_kwargs``);
 2. the tokenizer manager: the batch normalisation (``/generate``: ``Either text,
    input_ids or input_embeds should be provided.``), the input and total
@@ -25,7 +26,7 @@ import dataclasses
 import json
 from typing import Any
 
-from repro_py.simengine import ddtree_refusals, sampling, tokenizer
+from repro_py.simengine import ddtree_refusals, sampling, sglang_reference, tokenizer
 from repro_py.simengine.httputil import BadRequest
 from repro_py.simengine.openai_shapes import render_chat
 from repro_py.simengine.settings import Settings
@@ -90,9 +91,26 @@ def tokenizer_manager(
     return params
 
 
+def _media_part(messages: list[Any]) -> str | None:
+    """The first image, video or audio part of the messages, by the type sglang's model gives it (an inline
+    ``input_audio`` part is converted to ``audio_url`` as it validates)."""
+    media = set(sglang_reference.media_part_types())
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        for part in content if isinstance(content, list) else ():
+            kind = part.get("type") if isinstance(part, dict) else None
+            kind = "audio_url" if kind == "input_audio" else kind
+            if kind in media:
+                return str(kind)
+    return None
+
+
 def chat(settings: Settings, body: dict[str, Any]) -> Admitted:
     if not body["messages"]:
         raise BadRequest("Messages cannot be empty.")
+    media = _media_part(body["messages"])
+    if media is not None:  # _validate_media_content: the simulated model is text-only
+        raise BadRequest(f"Model only supports text input; received unsupported content type '{media}'.")
     prompt_key, last_user = render_chat(body["messages"])
     kwargs = body.get("chat_template_kwargs") or {}
     prompt_tokens = tokenizer.count(prompt_key)

@@ -86,6 +86,8 @@ _CHAT_TYPES: tuple[dict[str, Any], ...] = (
     {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}], "max_tokens": 4},
     {"messages": [{"role": "assistant", "content": None}, {"role": "user", "content": "hi"}], "max_tokens": 4},
     {"messages": ["hi"], "max_tokens": 4},
+    {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://x/a.png"}}]}],
+     "max_tokens": 4},
     # stop, logit_bias
     {**_M4, "stop": 5},
     {**_M4, "stop": ["a", 5]},
@@ -157,6 +159,12 @@ _GENERATE: tuple[dict[str, Any], ...] = (
     {"text": "x", "sampling_params": "fast"},
     {"text": "x", "stream": "yes", "sampling_params": _G4},
     {"text": 5},
+    {"input_ids": "abc", "sampling_params": _G4},
+    {"input_ids": [1, "a"], "sampling_params": _G4},
+    {"input_ids": [1, 2.5], "sampling_params": _G4},
+    {"input_ids": ["a"], "sampling_params": _G4},
+    {"input_ids": [[1, 2], [3, "x"]], "sampling_params": _G4},
+    {"input_ids": [1, 2**70], "sampling_params": _G4},
     {"sampling_params": _G4},
     {"text": "x", "sampling_params": {**_G4, "temperature": None, "top_p": None}},
 )

@@ -52,6 +52,7 @@ import cpu_import_shims
 cpu_import_shims.install_torchvision_stand_in()
 from pydantic import TypeAdapter, ValidationError
 from sglang.srt.entrypoints.openai import protocol as P
+from sglang.srt.entrypoints.openai import serving_chat as SC
 from sglang.srt.managers.io_struct import GenerateReqInput
 models = {"/v1/chat/completions": P.ChatCompletionRequest, "/v1/completions": P.CompletionRequest}
 def tags(validate, body, prefix):
@@ -98,6 +99,7 @@ print(json.dumps({
         "/generate.rid": tags(gen, {"rid": 5}, ("rid",)),
     },
     "generic_roles": list(P._GENERIC_MESSAGE_ROLES),
+    "media_part_types": sorted(SC._MEDIA_CONTENT_PART_TYPES),
 }))
 """
 

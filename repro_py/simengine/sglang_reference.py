@@ -107,6 +107,11 @@ def generic_roles() -> tuple[str, ...]:
     return tuple(load()["protocol"]["generic_roles"])
 
 
+def media_part_types() -> tuple[str, ...]:
+    """The content-part types sglang's serving layer refuses for a text-only model (``_MEDIA_CONTENT_PART_TYPES``)."""
+    return tuple(load()["protocol"]["media_part_types"])
+
+
 def http_server_file() -> str:
     """sglang's ``http_server.py``, relative to site-packages."""
     return str(load()["protocol"]["http_server"])

@@ -14,7 +14,8 @@ fields the simulated engine reads, ``messages`` as the union of sglang's two
 message models (role and content; content parts other than text are not
 checked), ``stop``, ``logit_bias``, ``echo``, ``/v1/completions``' positive
 ``max_tokens``, and on ``/generate`` the ``GenerateReqInput`` fields ``rid``,
-``text``, ``sampling_params`` and ``stream``. Fields the engine does not read
+``text``, ``input_ids`` (sglang's own plain validator), ``sampling_params`` and
+``stream``. Fields the engine does not read
 are not checked (documented in docs/simengine.md). ``tests/simengine/
 test_request_parity.py`` holds the engine to sglang's own verdicts.
 """
@@ -22,6 +23,7 @@ test_request_parity.py`` holds the engine to sglang's own verdicts.
 from __future__ import annotations
 
 import sysconfig
+from array import array
 from typing import Any
 
 from repro_py.simengine import pydantic_lax as lax
@@ -59,7 +61,9 @@ FIELDS: dict[str, dict[str, str]] = {
         "chat_template_kwargs": "dict",
     },
     COMPLETIONS_PATH: {**_COMMON, "prompt": "prompt", "echo": "bool"},
-    GENERATE_PATH: {"rid": "rid", "text": "text", "sampling_params": "sampling_params", "stream": "bool"},
+    GENERATE_PATH: {
+        "rid": "rid", "text": "text", "input_ids": "token_ids", "sampling_params": "sampling_params", "stream": "bool",
+    },
 }
 REQUIRED: dict[str, tuple[str, ...]] = {CHAT_PATH: ("messages",), COMPLETIONS_PATH: ("prompt",), GENERATE_PATH: ()}
 # pydantic's tag of each union field, recorded per route (protocol.unions)
@@ -133,6 +137,33 @@ def _float_map(value: Any, loc: lax.Loc) -> list[lax.Error]:
     return [e for key, item in value.items() for e in lax.float_(item, (*loc, key))]
 
 
+def _token_ids(value: Any, loc: lax.Loc) -> list[lax.Error]:
+    """``GenerateReqInput.input_ids``: sglang's ``validate_optional_list_i64_1d_2d`` (a plain validator)."""
+
+    def one_d(row: Any) -> str | None:
+        if row is None:
+            return "must not be None"
+        if not isinstance(row, list):
+            return f"must be list; got {type(row).__name__}"
+        if row and not isinstance(row[0], int):
+            return f"elements must be int; got {type(row[0]).__name__}"
+        try:
+            array("q", row)
+        except (TypeError, OverflowError) as exc:
+            return f"contains non-int64 element: {exc}"
+        return None
+
+    if not isinstance(value, list):
+        why: str | None = f"must be list or null; got {type(value).__name__}"
+    elif not value or isinstance(value[0], int):
+        why = one_d(value)
+    elif isinstance(value[0], list):
+        why = next((f"row {i}: {e}" for i, row in enumerate(value) if (e := one_d(row)) is not None), None)
+    else:
+        why = f"elements must be int or list; got {type(value[0]).__name__}"
+    return [] if why is None else [lax.value_error(loc, why, value)]
+
+
 def _check(path: str, name: str, kind: str, value: Any) -> list[lax.Error]:
     loc = (name,)
     simple = {"float": lax.float_, "int": lax.int_, "bool": lax.bool_, "str": lax.str_, "dict": lax.dict_}
@@ -146,6 +177,8 @@ def _check(path: str, name: str, kind: str, value: Any) -> list[lax.Error]:
         return _stream_options(value, loc)
     if kind == "float_map":
         return _float_map(value, loc)
+    if kind == "token_ids":
+        return _token_ids(value, loc)
     raise ValueError(f"unknown field kind {kind!r}")
 
 
