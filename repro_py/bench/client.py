@@ -76,6 +76,7 @@ def chat_body(
     *,
     max_tokens: int,
     temperature: float = 0.0,
+    top_p: float = 1.0,
     stream: bool = True,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
@@ -84,6 +85,7 @@ def chat_body(
         "messages": messages,
         "max_tokens": max_tokens,
         "temperature": temperature,
+        "top_p": top_p,
         "stream": stream,
     }
     if stream:
@@ -108,13 +110,14 @@ async def stream_chat(
     *,
     max_tokens: int,
     temperature: float = 0.0,
+    top_p: float = 1.0,
     timeout_s: float = 600.0,
     keep_text: bool = False,
     extra: dict[str, Any] | None = None,
 ) -> RequestResult:
     """Send one streaming chat completion and time it. Never raises for server or network errors."""
     res = RequestResult()
-    body = chat_body(endpoint, messages, max_tokens=max_tokens, temperature=temperature, extra=extra)
+    body = chat_body(endpoint, messages, max_tokens=max_tokens, temperature=temperature, top_p=top_p, extra=extra)
     payload = json.dumps(body).encode()
     headers = endpoint.headers(json_body=True)
     clock = time.perf_counter

@@ -30,6 +30,7 @@ from typing import Any
 
 import aiohttp
 
+from repro_py import sampling_settings
 from repro_py.bench import counters
 from repro_py.bench.client import RequestResult, stream_chat
 from repro_py.bench.figures import repeat_figures, summarize_cell
@@ -51,7 +52,8 @@ class BenchSettings:
     warmup: int = 1
     cv_threshold: float = 0.05
     requests_per_cell: int | None = None  # None: one request per concurrency slot
-    temperature: float = 0.0
+    temperature: float = sampling_settings.DEFAULT_TEMPERATURE  # greedy: see repro_py.sampling_settings
+    top_p: float = sampling_settings.DEFAULT_TOP_P
     request_timeout_s: float = 600.0
     prompt_abs_tol: int = 4
     prompt_rel_tol: float = 0.02
@@ -79,8 +81,16 @@ class BenchSettings:
             problems.append(f"request_timeout_s={self.request_timeout_s} must be > 0")
         if self.error_budget < 0:
             problems.append(f"error_budget={self.error_budget} must be >= 0 (failed requests a repeat may have)")
+        try:
+            sampling_settings.parse(self.temperature, self.top_p)
+        except sampling_settings.SamplingError as exc:
+            problems += exc.problems
         if problems:
             raise ValueError("; ".join(problems))
+
+    @property
+    def sampling(self) -> sampling_settings.Sampling:
+        return sampling_settings.Sampling(float(self.temperature), float(self.top_p))
 
     def requests_for(self, concurrency: int) -> int:
         return self.requests_per_cell if self.requests_per_cell is not None else concurrency
@@ -156,7 +166,7 @@ async def run_requests(
     count: int,
     concurrency: int,
     max_tokens: int,
-    temperature: float,
+    sampling: sampling_settings.Sampling,
     timeout_s: float,
     variant_base: int = 0,
     ignore_eos: bool = False,
@@ -172,7 +182,8 @@ async def run_requests(
             next_index += 1
             results[i] = await stream_chat(
                 session, endpoint, prompt.messages(variant_base + i), max_tokens=max_tokens,
-                temperature=temperature, timeout_s=timeout_s, extra={"ignore_eos": True} if ignore_eos else None,
+                temperature=sampling.temperature, top_p=sampling.top_p, timeout_s=timeout_s,
+                extra={"ignore_eos": True} if ignore_eos else None,
             )
 
     start = time.perf_counter()
@@ -252,7 +263,7 @@ async def run_cell(
     if settings.warmup:
         warm, _ = await run_requests(
             session, endpoint, prompt, count=settings.warmup, concurrency=concurrency,
-            max_tokens=min(settings.max_tokens, WARMUP_MAX_TOKENS), temperature=settings.temperature,
+            max_tokens=min(settings.max_tokens, WARMUP_MAX_TOKENS), sampling=settings.sampling,
             timeout_s=settings.request_timeout_s, variant_base=10_000, ignore_eos=settings.ignore_eos,
         )
         warm_errors = [r.error or "?" for r in warm if not r.ok]
@@ -265,7 +276,7 @@ async def run_cell(
         before = await counters.read_settled(session, endpoint)
         results, wall = await run_requests(
             session, endpoint, prompt, count=requests, concurrency=concurrency, max_tokens=settings.max_tokens,
-            temperature=settings.temperature, timeout_s=settings.request_timeout_s, ignore_eos=settings.ignore_eos,
+            sampling=settings.sampling, timeout_s=settings.request_timeout_s, ignore_eos=settings.ignore_eos,
         )
         after = await counters.read_settled(session, endpoint)
         delta = counters.delta(before, after)
@@ -375,6 +386,7 @@ async def run_matrix(
     failed = [c for c in cells if not cell_ok(c)]
     return {
         "settings": {**settings.as_dict(), "url": endpoint.base_url, "model": endpoint.model},
+        "sampling": settings.sampling.as_dict(),
         "engine": engine,
         "status": "failed" if failed or engine.get("kind") is None else "ok",
         "failed_cells": len(failed),

@@ -26,11 +26,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from repro_py import manifest
+from repro_py import manifest, sampling_settings
 from repro_py.atomicio import write_json_atomic
 from repro_py.endpoint import Endpoint
 from repro_py.exitcodes import ExitCode
 from repro_py.report.render import build_report
+from repro_py.sampling_settings import Sampling
 from repro_py.simengine.testing import free_port
 from repro_py.sweep import extravars, state
 from repro_py.sweep.benchplan import BenchPlan
@@ -81,6 +82,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bench-concurrency", nargs="+", metavar="N", help="concurrency levels, e.g. 1 8 32")
     p.add_argument("--repeats", type=int, help="repeats per cell (default 3)")
     p.add_argument("--max-tokens", type=int, help="max output tokens per request (default 512)")
+    p.add_argument(
+        "--temperature", type=float,
+        help="sampling temperature of every benchmark request, >= 0, for grid entries that name none "
+        "(default 0: greedy; see docs/sweep.md)",
+    )  # fmt: skip
+    p.add_argument(
+        "--top-p", type=float, help="top_p of every benchmark request, in (0, 1], for grid entries that name none "
+        "(default 1)",
+    )  # fmt: skip
     p.add_argument("--limit-hosts", metavar="HOST", help="the inventory host (or group) to sweep when it has several")
     p.add_argument(
         "--reconfigurer",
@@ -152,12 +162,31 @@ def _bench_plan(args: argparse.Namespace, stored: dict[str, Any] | None) -> Benc
     return BenchPlan(contexts=contexts, concurrency=concurrency, repeats=repeats, max_tokens=max_tokens)
 
 
+def run_sampling(args: argparse.Namespace, stored: dict[str, Any] | None) -> Sampling:
+    """The run's sampling setting: the flags, else the resumed run's, else greedy. A resumed run keeps its
+    setting: other flags would relabel its configs and leave its results beside others (a new run for that)."""
+    try:
+        given = sampling_settings.parse(args.temperature, args.top_p)
+    except sampling_settings.SamplingError as exc:
+        raise PlanError([f"--temperature/--top-p: {p}" for p in exc.problems]) from exc
+    if stored is None:
+        return given
+    recorded = sampling_settings.of_result(stored)  # plan.json carries "sampling" as a result does
+    flags = args.temperature is not None or args.top_p is not None
+    if flags and given != recorded:
+        raise PlanError([
+            f"--resume: run {stored.get('run_id')} measures at {recorded.text}; --temperature/--top-p give "
+            f"{given.text} (start a new run for another sampling setting)"
+        ])  # fmt: skip
+    return recorded
+
+
 def print_plan(console: Console, plan: Plan, run_id: str) -> None:
     title = f"sweep plan {run_id}: {len(plan.configs)} configs on {plan.target.host} ({plan.target.endpoint.base_url})"
     if plan.simulated:
         title = "SIMULATED " + title
     table = Table(title=title)
-    for col in ("#", "label", "algorithm", "budget", "topk", "window", "block", "sim_fault"):
+    for col in ("#", "label", "algorithm", "budget", "topk", "window", "block", "sim_fault", "sampling"):
         table.add_column(col)
     for index, cfg in enumerate(plan.configs, start=1):
         s = cfg.spec
@@ -167,6 +196,7 @@ def print_plan(console: Console, plan: Plan, run_id: str) -> None:
             s.algorithm,
             *("-" if v is None else str(v) for v in (s.budget, s.topk, s.window, s.block_size)),
             cfg.sim_fault or "",
+            cfg.sampling.text,
         )
     console.print(table)
     est = plan.estimate
@@ -182,6 +212,7 @@ def print_plan(console: Console, plan: Plan, run_id: str) -> None:
         f"plus restoring the default config)"
     )
     console.print(f"estimate basis: {estimate_basis(est)}")
+    console.print(f"sampling of every benchmark request: {plan.sampling.text} (an entry's own setting wins)")
     if plan.default_config is not None:
         console.print(f"default config restored at the end: {plan.default_config.label}")
 
@@ -273,7 +304,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             extra_vars = dict(stored["extra_vars"])
         if args.reconfigurer == "local" and not target.simulated:
             raise PlanError(["--reconfigurer local runs the simulated engine; this inventory's engine is real"])
-        plan = make_plan(target, raws, grid_source=source, bench=bench, results_root=results_root)
+        plan = make_plan(
+            target, raws, grid_source=source, bench=bench, results_root=results_root,
+            sampling=run_sampling(args, stored),
+        )  # fmt: skip
     except PlanError as exc:
         console.print("[red]the plan was refused; nothing was restarted:[/]")
         for problem in exc.problems:

@@ -81,8 +81,9 @@ class BundleMeasure:
 
     async def bench(self, endpoint: Endpoint, cfg: PlannedConfig, bench: BenchPlan) -> dict[str, Any]:
         settings = BenchSettings(
-            contexts=bench.contexts, concurrency=bench.concurrency, repeats=bench.repeats, max_tokens=bench.max_tokens
-        )
+            contexts=bench.contexts, concurrency=bench.concurrency, repeats=bench.repeats, max_tokens=bench.max_tokens,
+            temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p,
+        )  # fmt: skip
         result: dict[str, Any] = await run_matrix(endpoint, settings)
         return result
 

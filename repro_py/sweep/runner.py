@@ -142,8 +142,9 @@ class SweepRunner:
     async def run_config(self, cfg: PlannedConfig, controller_fp: Mapping[str, str]) -> ConfigResult:
         result = new_result(
             run_id=self.run_dir.run_id, label=cfg.label, config=cfg.short(), extra_vars=cfg.extra_vars,
-            engine_kind=self.plan.target.engine_kind, bench_settings=self.plan.bench.as_dict(),
-            started_at=state.now_iso(),
+            engine_kind=self.plan.target.engine_kind,
+            bench_settings={**self.plan.bench.as_dict(), **cfg.sampling.as_dict()},
+            started_at=state.now_iso(), sampling=cfg.sampling.as_dict(),
         )  # fmt: skip
         timing: dict[str, float] = result.setdefault("timing", {})
         endpoint = self.plan.target.endpoint

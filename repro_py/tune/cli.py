@@ -19,10 +19,11 @@ from typing import Any
 
 from rich.console import Console
 
-from repro_py import manifest
+from repro_py import manifest, sampling_settings
 from repro_py.atomicio import write_json_atomic
 from repro_py.cliparse import parse_or_exit_code
 from repro_py.exitcodes import ExitCode
+from repro_py.sampling_settings import Sampling
 from repro_py.sweep.lease import TAKEOVER_FLAG, HostLease
 from repro_py.sweep.lease import take as take_lease
 from repro_py.tune import ladder as laddermod
@@ -34,7 +35,7 @@ from repro_py.tune.outcome import search_document
 from repro_py.tune.report import write_report
 from repro_py.tune.search import Search
 from repro_py.tune.settings import TuneSettings
-from repro_py.tune.space import Space, load_space
+from repro_py.tune.space import Space, load_space, validated
 from repro_py.tune.sweepio import (
     RUN_ID_RE,
     STATE_COMPLETE,
@@ -44,6 +45,7 @@ from repro_py.tune.sweepio import (
     BundleMeasure,
     PlanError,
     RunDir,
+    Target,
     build_report,
     default_run_id,
     latest_resumable,
@@ -138,6 +140,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_FLOOR_CV,
         help="between-restart relative noise added to every estimate (default 0.01)",
     )
+    p.add_argument(
+        "--temperature", type=float,
+        help="sampling temperature of every benchmark request, >= 0 (default 0: greedy; a DDTree server "
+        "refuses temperature > 0 today, see docs/tune.md)",
+    )  # fmt: skip
+    p.add_argument("--top-p", type=float, help="top_p of every benchmark request, in (0, 1] (default 1)")
     p.add_argument("--run-id", help="name of the run directory (default: <UTC time>-<host>)")
     p.add_argument("--results", type=Path, default=Path("results"), help="results root (default: results/)")
     p.add_argument(
@@ -216,7 +224,25 @@ def _settings_from_args(args: argparse.Namespace, space: Space, host: str) -> Tu
         floor_cv=args.noise_floor,
         space=space,
         budget=Budget(max_restarts=args.max_restarts, max_hours=args.max_hours, restore=not args.no_restore),
+        sampling=sampling_from_args(args),
     )
+
+
+def sampling_from_args(args: argparse.Namespace) -> Sampling:
+    """``--temperature``/``--top-p`` (default greedy); a bad value is a PlanError naming it and the range."""
+    try:
+        return sampling_settings.parse(args.temperature, args.top_p)
+    except sampling_settings.SamplingError as exc:
+        raise PlanError([f"--temperature/--top-p: {p}" for p in exc.problems]) from exc
+
+
+def sampled_space(target: Target, space: Space, sampling: Sampling) -> Space:
+    """The space with the run's sampling setting on every config (part of each label, never of the restart);
+    a config that names its own keeps it."""
+    if sampling.default:
+        return space
+    raws = [{**sampling.short(), **raw} for raw in space.raws]
+    return validated(target, raws, source=space.source, capped=space.capped)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -252,7 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             if not args.objective:
                 raise PlanError([f"--objective is required; allowed: {', '.join(objmod.OBJECTIVE_NAMES)}"])
-            space = load_space(target, args.space)
+            space = sampled_space(target, load_space(target, args.space), sampling_from_args(args))
             settings = _settings_from_args(args, space, target.host)
             if settings.budget.max_restarts is None and settings.budget.max_hours is None:
                 settings = dataclasses.replace(
@@ -271,6 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 max_tokens=settings.ladder[-1].max_tokens,
             ),
             results_root=results_root,
+            sampling=settings.sampling,
         )
     except (PlanError, objmod.ObjectiveError, laddermod.LadderError, ValueError) as exc:
         problems = exc.problems if isinstance(exc, PlanError) else [str(exc)]
@@ -280,8 +307,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.USAGE
 
     run_id = run_dir.run_id if run_dir else (args.run_id or default_run_id(target))
-    search = Search(settings.space, settings.search_settings(), settings.noise_model(), default=plan.default_config)
-    preview = Search(settings.space, settings.search_settings(), settings.noise_model(), default=plan.default_config)
+    # the deployed config, measured early, at the run's sampling setting (as every config of the space)
+    deployed = plan.default_config and dataclasses.replace(plan.default_config, sampling=settings.sampling)
+    search = Search(settings.space, settings.search_settings(), settings.noise_model(), default=deployed)
+    preview = Search(settings.space, settings.search_settings(), settings.noise_model(), default=deployed)
     first = ["(continues the stored search)"] if args.resume else []
     for _ in range(0 if args.resume else 3):
         proposal = preview.propose()

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from repro_py import sampling_settings
 from repro_py.atomicio import write_json_atomic, write_text_atomic
 from repro_py.report.render import environment
 from repro_py.report.tables import load_run
@@ -73,6 +74,7 @@ def context(doc: dict[str, Any], run_path: Path, plot_paths: dict[str, Path]) ->
         "simulated": run.simulated,
         "sim_note": sim_note(run.sim_speeds) if run.simulated else None,
         "host": settings.get("host") or "-",
+        "sampling": sampling_settings.of_result(settings).text,
         "objectives": settings["objectives"],
         "slos": settings.get("slos") or [],
         "space_size": doc["space_size"],

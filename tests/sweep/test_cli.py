@@ -157,8 +157,8 @@ def test_sigint_mid_sweep_then_resume_end_to_end(tmp_path: Path) -> None:
     summary = (run_dir / "summary.md").read_text()
     assert summary.startswith("# SIMULATED")
     assert "**SIMULATED, sim-speed x50: figures are model outputs x50.**" in summary
-    assert "| baseline (SIMULATED x50) | ok | pass |" in summary
-    assert "ddtree-b16-t4-w2048-bs8-fault-mask-offset | gate_failed |" in summary
+    assert "| baseline (SIMULATED x50) | T=0 (greedy), top_p=1 | ok | pass |" in summary
+    assert "ddtree-b16-t4-w2048-bs8-fault-mask-offset | T=0 (greedy), top_p=1 | gate_failed |" in summary
     for png in ("tps_vs_concurrency", "acceptance_vs_budget", "pareto"):
         assert (run_dir / "plots" / f"{png}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     check = subprocess.run(

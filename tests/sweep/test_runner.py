@@ -244,5 +244,5 @@ async def test_a_config_the_measure_does_not_gate_is_ok_but_never_a_winner(tmp_p
     assert skipped["gates"] == {"skipped": True, "passed": False, "reason": "not gated: dropped at the screen"}
     build_report(run_dir.path)
     summary = (run_dir.path / "summary.md").read_text()
-    assert "| ddtree-b16-t4-w2048-bs8 (SIMULATED x1) | ok | not run |" in summary
+    assert "| ddtree-b16-t4-w2048-bs8 (SIMULATED x1) | T=0 (greedy), top_p=1 | ok | not run |" in summary
     assert "| single-stream latency | ddtree-b8-t4-w2048-bs8 |" in summary
