@@ -4,7 +4,9 @@ Exit codes (:class:`repro_py.exitcodes.ExitCode`): 0 the sweep ran to the end
 (failed configs are results, listed with reasons in the report); 1 the sweep
 ran but restoring the default config failed; 2 bad command line or an
 invalid plan (nothing was restarted); 3 the host is leased to another sweep
-or deploy (nothing was restarted); 130 interrupted (resumable).
+or deploy (nothing was restarted); 4 no isolating sandbox for the coding gate
+and no ``--allow-unisolated`` (nothing was restarted); 130 interrupted
+(resumable).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from rich.table import Table
 
 from repro_py import manifest
 from repro_py.atomicio import write_json_atomic
+from repro_py.codeeval.sandbox import IsolationUnavailable
 from repro_py.endpoint import Endpoint
 from repro_py.exitcodes import ExitCode
 from repro_py.report.render import build_report
@@ -41,7 +44,7 @@ from repro_py.sweep.inventory import Target, load_target
 from repro_py.sweep.lease import TAKEOVER_FLAG, HostLease
 from repro_py.sweep.lease import take as take_lease
 from repro_py.sweep.localproc import LocalProcessReconfigurer
-from repro_py.sweep.measure import BundleMeasure
+from repro_py.sweep.measure import BundleMeasure, coding_sandbox
 from repro_py.sweep.plan import Plan, make_plan
 from repro_py.sweep.reconfigure import AnsibleReconfigurer
 from repro_py.sweep.runner import SweepOptions, SweepRunner
@@ -99,6 +102,12 @@ def build_parser() -> argparse.ArgumentParser:
         "the config's own keys cannot be set this way",
     )
     p.add_argument("--no-report", action="store_true", help="skip summary/plots/manifest at the end")
+    p.add_argument(
+        "--allow-unisolated",
+        action="store_true",
+        help="judge the coding gate's candidates even when no isolating sandbox (bubblewrap, namespaces) works "
+        "on this controller (mode none: the candidate reads the controller's files); the mode is in every result",
+    )
     p.add_argument(
         TAKEOVER_FLAG,
         action="store_true",
@@ -184,6 +193,17 @@ def print_plan(console: Console, plan: Plan, run_id: str) -> None:
     console.print(f"estimate basis: {estimate_basis(est)}")
     if plan.default_config is not None:
         console.print(f"default config restored at the end: {plan.default_config.label}")
+
+
+def refuse_unisolated(console: Console, exc: IsolationUnavailable) -> int:
+    console.print("[red]the run was refused; nothing was restarted:[/]")
+    console.print(f"  - {exc}", markup=False, highlight=False)
+    return int(ExitCode.NO_SANDBOX)
+
+
+def print_sandbox(console: Console, sandbox: dict[str, Any]) -> None:
+    warn = " [red](UNISOLATED, allowed by --allow-unisolated)[/]" if sandbox["mode"] == "none" else ""
+    console.print(f"coding sandbox: {sandbox['mode']}{warn}: {escape(sandbox['description'])}")
 
 
 def default_run_id(target: Target) -> str:
@@ -280,8 +300,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             console.print(f"  - {problem}", markup=False, highlight=False)
         return ExitCode.USAGE
 
+    try:
+        sandbox = coding_sandbox(allow_unisolated=args.allow_unisolated)
+    except IsolationUnavailable as exc:
+        return refuse_unisolated(console, exc)
     run_id = run_dir.run_id if run_dir else (args.run_id or default_run_id(target))
     print_plan(out, plan, run_id)
+    print_sandbox(out, sandbox)
     if args.dry_run:
         return ExitCode.OK
 
@@ -312,12 +337,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         plan_doc = plan.as_dict(run_id)
         plan_doc["extra_vars"] = extra_vars
         plan_doc["reconfigurer"] = args.reconfigurer
+        plan_doc["sandbox"] = sandbox
         write_json_atomic(run_dir.plan, plan_doc)
         runner = SweepRunner(
             plan,
             run_dir,
             reconfigurer,
-            BundleMeasure(),
+            BundleMeasure(gates_kwargs={"allow_unisolated": args.allow_unisolated}),
             bundle=bundle,
             options=SweepOptions(restore=not args.no_restore, retry_failed=args.retry_failed),
             console=console,

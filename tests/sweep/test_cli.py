@@ -150,6 +150,16 @@ def test_sigint_mid_sweep_then_resume_end_to_end(tmp_path: Path) -> None:
     assert crashed["failure"]["class"] == "crashed_during_benchmark", crashed["failure"]
     assert crashed["failure"]["journal"]
     assert docs["baseline"]["status"] == "ok" and docs["ddtree-b8-t4-w2048-bs8"]["status"] == "ok"
+    # the oracle: the baseline's outputs, deterministic inference on both sides, the engine's log scanned
+    lossless = docs["ddtree-b8-t4-w2048-bs8"]["gates"]["lossless"]
+    assert lossless["verdict"] == "lossless" and lossless["deterministic"] == {"server": True, "reference": True}
+    assert lossless["server_log"]["scanned"] is True and lossless["server_log"]["passed"] is True
+    assert docs["baseline"]["gates"]["lossless"]["verdict"] == "reference"
+    assert "deterministic inference" in garbled["failure"]["reason"] or "diverge" in garbled["failure"]["reason"]
+    sandbox = json.loads((run_dir / "plan.json").read_text())["sandbox"]
+    assert sandbox["mode"] in ("bwrap", "namespaces") and sandbox["unisolated_allowed"] is False
+    modes = {d["gates"]["coding"]["isolation_mode"] for d in docs.values() if "coding" in (d.get("gates") or {})}
+    assert modes == {sandbox["mode"]}
     assert all(d["engine"]["kind"] == "simulated" for d in docs.values() if d["status"] == "ok")
     # the inventory's sglang_service_sim_speed reached the engines and every figure carries it
     assert {d["engine"]["sim_speed"] for d in docs.values() if d["status"] == "ok"} == {50.0}
@@ -159,6 +169,8 @@ def test_sigint_mid_sweep_then_resume_end_to_end(tmp_path: Path) -> None:
     assert "**SIMULATED, sim-speed x50: figures are model outputs x50.**" in summary
     assert "| baseline (SIMULATED x50) | ok | pass |" in summary
     assert "ddtree-b16-t4-w2048-bs8-fault-mask-offset | gate_failed |" in summary
+    assert f"| coding sandbox | {sandbox['mode']}; modes in the results: {sandbox['mode']} |" in summary
+    assert f"| ddtree-b8-t4-w2048-bs8 | pass | lossless | clean | 14/14 | {sandbox['mode']} |" in summary
     for png in ("tps_vs_concurrency", "acceptance_vs_budget", "pareto"):
         assert (run_dir / "plots" / f"{png}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     check = subprocess.run(
@@ -186,3 +198,21 @@ def test_extra_vars_are_typed_and_cannot_set_config_keys() -> None:
     for bad in ("budget=8", "sim_fault=crash-on-load", "sglang_service_report_path=/x", "novalue", "a b=1"):
         with pytest.raises(PlanError):
             cli.parse_extra_vars([bad])
+
+
+def test_a_controller_without_isolation_is_refused_unless_allowed(tmp_path: Path) -> None:
+    """bwrap and unshare really absent from PATH: refused before any restart (exit 4), naming what to
+    install; --allow-unisolated plans it and says mode none, UNISOLATED."""
+    inv = write_inventory(tmp_path / "inv.yml")
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    env = {**os.environ, "PATH": str(empty), "PYTHONPATH": str(BUNDLE)}
+    args = [sys.executable, "-m", "repro_py.sweep", str(inv), "--dry-run", "--results", str(tmp_path / "results")]
+    refused = subprocess.run(args, cwd=BUNDLE, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert refused.returncode == ExitCode.NO_SANDBOX, refused.stdout + refused.stderr
+    assert "the run was refused; nothing was restarted" in refused.stderr
+    assert "bubblewrap is not installed" in refused.stderr and "--allow-unisolated" in refused.stderr
+    allowed = subprocess.run([*args, "--allow-unisolated"], cwd=BUNDLE, env=env, capture_output=True, text=True,
+                             timeout=300, check=False)
+    assert allowed.returncode == ExitCode.OK, allowed.stdout + allowed.stderr
+    assert "coding sandbox: none (UNISOLATED, allowed by --allow-unisolated)" in allowed.stdout
