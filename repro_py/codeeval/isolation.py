@@ -99,13 +99,18 @@ def fresh_uid() -> int | None:
 #: How to get what a mode needs (named in the refusal when no isolating mode works).
 INSTALL_HINTS = {
     "bwrap": "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; `make system-packages`)",
-    "namespaces": (
-        "unshare and setpriv come with util-linux; as a user other than root it also needs unprivileged user "
-        "namespaces (Ubuntu 24.04: sysctl kernel.apparmor_restrict_unprivileged_userns=0; elsewhere "
-        "user.max_user_namespaces > 0 and, on Debian kernels, kernel.unprivileged_userns_clone=1), or run the "
-        "gates as root"
-    ),
+    "namespaces": "install util-linux (unshare, setpriv)",
 }
+USERNS_HINT = (
+    "as a user other than root it needs unprivileged user namespaces (Ubuntu 24.04: sysctl "
+    "kernel.apparmor_restrict_unprivileged_userns=0, or an AppArmor profile allowing userns for bwrap; elsewhere "
+    "user.max_user_namespaces > 0 and, on Debian kernels, kernel.unprivileged_userns_clone=1), or run the gates as root"
+)
+
+
+def hint(kind: str, why: str) -> str:
+    """What to do about mode ``kind`` failing with ``why``: install the tool, or allow what it needs."""
+    return INSTALL_HINTS[kind] if "not installed" in why else USERNS_HINT
 
 
 def find_tool(name: str) -> str | None:

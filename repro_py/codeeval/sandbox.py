@@ -91,7 +91,7 @@ class IsolationCheck:
     failures: dict[str, str]
 
     def refusal(self) -> str:
-        missing = "; ".join(f"{kind}: {why} ({iso.INSTALL_HINTS[kind]})" for kind, why in self.failures.items()
+        missing = "; ".join(f"{kind}: {why} ({iso.hint(kind, why)})" for kind, why in self.failures.items()
                             if kind in ISOLATING)
         return (
             "refusing to judge candidate code: no isolating sandbox works on this machine. " + missing + ". "
@@ -164,7 +164,7 @@ def check_isolation() -> IsolationCheck:
             continue
         if result.outcome == "passed":
             return IsolationCheck(kind, failures)
-        failures[kind] = f"{result.detail}; {result.stderr_tail.strip()[-300:]}".rstrip("; ")
+        failures[kind] = result.stderr_tail.strip()[-300:] or result.detail  # the launcher's own words first
     return IsolationCheck("unavailable", failures)
 
 

@@ -195,15 +195,21 @@ def print_plan(console: Console, plan: Plan, run_id: str) -> None:
         console.print(f"default config restored at the end: {plan.default_config.label}")
 
 
+
 def refuse_unisolated(console: Console, exc: IsolationUnavailable) -> int:
     console.print("[red]the run was refused; nothing was restarted:[/]")
     console.print(f"  - {exc}", markup=False, highlight=False)
     return int(ExitCode.NO_SANDBOX)
 
 
-def print_sandbox(console: Console, sandbox: dict[str, Any]) -> None:
+def print_gates(console: Console, sandbox: dict[str, Any], plan: Plan) -> None:
+    """How the gates will judge: the coding sandbox, the lossless oracle and whether it has a baseline."""
     warn = " [red](UNISOLATED, allowed by --allow-unisolated)[/]" if sandbox["mode"] == "none" else ""
     console.print(f"coding sandbox: {sandbox['mode']}{warn}: {escape(sandbox['description'])}")
+    console.print("lossless gate: every measured config runs with --enable-deterministic-inference and is compared "
+                  "with the baseline's outputs")
+    if not any(cfg.spec.algorithm == "none" for cfg in plan.configs):
+        console.print("[yellow]no baseline (algorithm: none) in the grid: the lossless gate will judge no config[/]")
 
 
 def default_run_id(target: Target) -> str:
@@ -306,7 +312,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return refuse_unisolated(console, exc)
     run_id = run_dir.run_id if run_dir else (args.run_id or default_run_id(target))
     print_plan(out, plan, run_id)
-    print_sandbox(out, sandbox)
+    print_gates(out, sandbox, plan)
     if args.dry_run:
         return ExitCode.OK
 

@@ -55,8 +55,8 @@ from repro_py.tune.sweepio import (
     local_reconfigurer,
     make_plan,
     parse_extra_vars,
+    print_gates,
     print_resume,
-    print_sandbox,
     refuse_unisolated,
 )
 
@@ -302,7 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         preview.start(proposal)
         first.append(proposal.cfg.label)
     summary.print_plan(out, settings, plan, run_id, first)
-    print_sandbox(out, sandbox)
+    print_gates(out, sandbox, plan)
     if args.dry_run:
         return ExitCode.OK
 

@@ -19,8 +19,8 @@ from repro_py.sweep.cli import (
     default_run_id,
     local_reconfigurer,
     parse_extra_vars,
+    print_gates,
     print_resume,
-    print_sandbox,
     refuse_unisolated,
 )
 from repro_py.sweep.errors import PlanError
@@ -79,8 +79,8 @@ __all__ = [
     "make_plan",
     "now_iso",
     "parse_extra_vars",
+    "print_gates",
     "print_resume",
-    "print_sandbox",
     "refuse_unisolated",
     "validate_all",
     "validate_config",

@@ -65,9 +65,21 @@ def test_without_bwrap_and_unshare_the_judge_refuses_and_says_what_to_install(
     assert "refusing to judge candidate code: no isolating sandbox works on this machine" in text
     assert "bwrap: bubblewrap is not installed (no bwrap on PATH)" in text
     assert "apt-get install bubblewrap" in text
-    assert "namespaces: unshare is not installed (no unshare on PATH)" in text
-    assert "unprivileged user namespaces" in text and "--allow-unisolated" in text
+    assert "namespaces: unshare is not installed (no unshare on PATH)" in text and "install util-linux" in text
+    assert "--allow-unisolated" in text
     assert require_isolation(allow_unisolated=True) == "none"
+
+
+def test_tools_that_are_there_but_fail_get_the_user_namespace_hint(
+    fresh_check: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """bwrap and unshare present but refused (as when unprivileged user namespaces are off): the hint is the
+    sysctl, not an install."""
+    monkeypatch.setattr(iso, "find_tool", lambda name: "/bin/false")
+    with pytest.raises(IsolationUnavailable) as refused:
+        require_isolation(allow_unisolated=False)
+    text = str(refused.value)
+    assert text.count("unprivileged user namespaces") == 2 and "apt-get install" not in text
 
 
 def test_an_isolating_mode_is_used_without_asking(fresh_check: None) -> None:

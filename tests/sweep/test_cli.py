@@ -201,18 +201,29 @@ def test_extra_vars_are_typed_and_cannot_set_config_keys() -> None:
 
 
 def test_a_controller_without_isolation_is_refused_unless_allowed(tmp_path: Path) -> None:
-    """bwrap and unshare really absent from PATH: refused before any restart (exit 4), naming what to
-    install; --allow-unisolated plans it and says mode none, UNISOLATED."""
-    inv = write_inventory(tmp_path / "inv.yml")
+    """bwrap and unshare really absent from PATH: refused before any restart (exit 4), naming what to install;
+    with --allow-unisolated the sweep runs, judges in mode none and says so in every result and the report."""
+    inv = write_inventory(tmp_path / "inv.yml", grid=GRID[:2])
     empty = tmp_path / "bin"
     empty.mkdir()
     env = {**os.environ, "PATH": str(empty), "PYTHONPATH": str(BUNDLE)}
-    args = [sys.executable, "-m", "repro_py.sweep", str(inv), "--dry-run", "--results", str(tmp_path / "results")]
+    results = tmp_path / "results"
+    args = [sys.executable, "-m", "repro_py.sweep", str(inv), "--reconfigurer", "local", "--results", str(results),
+            "--run-id", "u", "--bench-contexts", "60", "--bench-concurrency", "1", "--repeats", "1", "--max-tokens",
+            "16", "--no-restore"]
     refused = subprocess.run(args, cwd=BUNDLE, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert refused.returncode == ExitCode.NO_SANDBOX, refused.stdout + refused.stderr
     assert "the run was refused; nothing was restarted" in refused.stderr
     assert "bubblewrap is not installed" in refused.stderr and "--allow-unisolated" in refused.stderr
+    assert not results.exists()
     allowed = subprocess.run([*args, "--allow-unisolated"], cwd=BUNDLE, env=env, capture_output=True, text=True,
-                             timeout=300, check=False)
+                             timeout=600, check=False)
     assert allowed.returncode == ExitCode.OK, allowed.stdout + allowed.stderr
     assert "coding sandbox: none (UNISOLATED, allowed by --allow-unisolated)" in allowed.stdout
+    run_dir = results / "u"
+    docs = [json.loads(p.read_text()) for p in (run_dir / "configs").glob("*.json")]
+    assert len(docs) == 2 and all(d["gates"]["coding"]["isolation_mode"] == "none" for d in docs)
+    assert all(d["gates"]["coding"]["unisolated_allowed"] is True for d in docs)
+    summary = (run_dir / "summary.md").read_text()
+    assert "| coding sandbox | none (**UNISOLATED**, allowed by `--allow-unisolated`" in summary
+    assert "| ddtree-b8-t4-w2048-bs8 | pass | lossless | clean | 14/14 | none (UNISOLATED) |" in summary
