@@ -14,8 +14,11 @@ marks it noisy.
 
 A failure is never a measurement: a repeat with more failed requests than the
 error budget (default 0) is ``failed`` and left out of every figure, and a
-cell with any failed repeat is ``failed`` with the reasons. When a repeat
-fails and the server no longer answers, the cell ends at once
+cell with any failed repeat is ``failed`` with the reasons. The budget counts
+only errors from a server that stayed up: after any failed request the server
+is probed and its identity read again (``liveness``); one that stopped
+answering, restarted or cut its connections fails the repeat whatever the
+budget. When the server no longer answers or restarted, the cell ends at once
 (``server_lost``) and the cells after it are not run.
 """
 
@@ -34,6 +37,7 @@ from repro_py import sampling_settings
 from repro_py.bench import counters
 from repro_py.bench.client import RequestResult, stream_chat
 from repro_py.bench.figures import repeat_figures, summarize_cell
+from repro_py.bench.liveness import probe_server, repeat_trouble, server_identity
 from repro_py.bench.prompts import BuiltPrompt, PromptBuilder, PromptError, check_prompt_tokens, prompt_tolerance
 from repro_py.bench.server_info import ServerInfo, ServerInfoError, fetch_server_info
 from repro_py.endpoint import Endpoint
@@ -59,7 +63,7 @@ class BenchSettings:
     prompt_rel_tol: float = 0.02
     flush_cache: bool = True
     ignore_eos: bool = False  # sglang extension: generate exactly max_tokens (no early EOS)
-    error_budget: int = 0  # failed requests a repeat may have and still count
+    error_budget: int = 0  # failed requests a repeat may have and still count (from a server that stayed up)
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -210,18 +214,6 @@ def _empty_cell(context: int, concurrency: int, status: str, reason: str | None)
     }
 
 
-async def probe_server(session: aiohttp.ClientSession, endpoint: Endpoint, *, timeout_s: float = 10.0) -> str | None:
-    """``None`` when the server still answers HTTP (``GET /v1/models``), else why not."""
-    try:
-        async with session.get(
-            endpoint.url("/v1/models"), headers=endpoint.headers(), timeout=aiohttp.ClientTimeout(total=timeout_s)
-        ) as resp:
-            await resp.read()
-            return None if resp.status < 500 else f"GET /v1/models returned HTTP {resp.status}"
-    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-        return f"GET /v1/models failed: {type(exc).__name__}: {exc}"
-
-
 async def run_cell(
     session: aiohttp.ClientSession,
     endpoint: Endpoint,
@@ -273,6 +265,7 @@ async def run_cell(
     lost: str | None = None
     for index in range(settings.repeats):
         await flush()
+        identity = await server_identity(session, endpoint)
         before = await counters.read_settled(session, endpoint)
         results, wall = await run_requests(
             session, endpoint, prompt, count=requests, concurrency=concurrency, max_tokens=settings.max_tokens,
@@ -280,17 +273,20 @@ async def run_cell(
         )
         after = await counters.read_settled(session, endpoint)
         delta = counters.delta(before, after)
-        figures = repeat_figures(results, wall, delta, error_budget=settings.error_budget)
+        trouble = await repeat_trouble(session, endpoint, results, before, after, identity=identity)
+        figures = repeat_figures(results, wall, delta, error_budget=settings.error_budget,
+                                 trouble=None if trouble is None else trouble.reason)  # fmt: skip
         figures["repeat"] = index
         repeats.append(figures)
         deltas.append(delta)
         if figures["status"] == "ok":
             counted += [r for r in results if r.ok]
-        else:
-            why_not = await probe_server(session, endpoint)
-            if why_not is not None:
-                lost = f"the server stopped answering during repeat {index}: {figures['reason']}; {why_not}"
-                break
+        elif trouble is not None and trouble.gone:
+            lost = f"the server stopped answering during repeat {index}: {figures['reason']}"
+            break
+        elif trouble is None and (why_not := await probe_server(session, endpoint)) is not None:
+            lost = f"the server stopped answering during repeat {index}: {figures['reason']}; {why_not}"
+            break
     cell: dict[str, Any] = {
         "context": context,
         "concurrency": concurrency,

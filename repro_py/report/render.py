@@ -110,6 +110,8 @@ def context(
         "fingerprints": fingerprints,
         "plots": {name: path.relative_to(run.path).as_posix() for name, path in plot_paths.items()},
         "refused": run.refused,
+        "sandbox": plan.get("sandbox") or {},
+        "sandboxes": sorted({r["sandbox"] for r in table} - {"-"}),
         "missing": [
             item.get("label")
             for item in plan.get("configs") or []

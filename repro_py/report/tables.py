@@ -51,6 +51,8 @@ CSV_COLUMNS: tuple[str, ...] = (
     "failure_class",
     "failure_reason",
     "gates_passed",
+    "lossless_verdict",
+    "sandbox",
     "single_stream_tps",
     "single_stream_cv",
     "aggregate_tps",
@@ -249,6 +251,21 @@ def gates_state(result: Mapping[str, Any]) -> str:
     return "not run" if result.get("status") == "ok" and gates.get("skipped") is True else "FAIL"
 
 
+def gate_details(result: Mapping[str, Any]) -> dict[str, Any]:
+    """The lossless verdict, the coding score and the sandbox mode its candidates were judged in ("-": not run)."""
+    gates = result.get("gates") or {}
+    lossless = gates.get("lossless") if isinstance(gates.get("lossless"), Mapping) else {}
+    coding = gates.get("coding") if isinstance(gates.get("coding"), Mapping) else {}
+    log = (lossless or {}).get("server_log") or {}
+    return {
+        "lossless_verdict": (lossless or {}).get("verdict") or "-",
+        "lossless_reason": (lossless or {}).get("reason"),
+        "server_log": ("clean" if log.get("passed") else "NOT clean") if log.get("scanned") else "not scanned",
+        "coding_score": f"{coding.get('pass_count')}/{coding.get('total')}" if coding else "-",
+        "sandbox": (coding or {}).get("isolation_mode") or "-",
+    }
+
+
 def row(run: Run, result: Mapping[str, Any]) -> dict[str, Any]:
     contexts, conc = run.contexts, run.concurrency
     short = contexts[0] if contexts else None
@@ -283,6 +300,7 @@ def row(run: Run, result: Mapping[str, Any]) -> dict[str, Any]:
         "journal": list(failure.get("journal") or []),
         "gates_passed": gates_passed(result),
         "gates_state": gates_state(result),
+        **gate_details(result),
         "single_stream_tps": cell_figure(single, "output_tps"),
         "single_stream_cv": cell_cv(single),
         "aggregate_tps": cell_figure(agg, "output_tps"),

@@ -23,9 +23,11 @@ from repro_py.simengine.settings import Settings
 from repro_py.simengine.sglang_choices import (
     ATTENTION_BACKENDS,
     CUDA_GRAPH_BACKENDS,
+    DETERMINISTIC_ATTENTION_BACKENDS,
     KNOWN_ALGORITHMS,
     REASONING_PARSERS,
     TOOL_CALL_PARSERS,
+    deterministic_backend_refusal,
 )
 
 DEFAULT_KV_TOKENS = 400_000  # 64 x (8192 + 512) = 557k does not fit; 64 x (4096 + 512) does
@@ -134,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mem-fraction-static", type=float, default=None)
     p.add_argument("--max-running-requests", type=int, default=None)
     p.add_argument("--attention-backend", choices=ATTENTION_BACKENDS, default=None)
+    p.add_argument("--enable-deterministic-inference", action="store_true", help="Echoed (the engine is deterministic)")
     # 0.5.23 has only the -decode/-prefill spellings; a bare --cuda-graph-max-bs is an
     # ambiguous abbreviation there and argparse refuses it, so it is refused here too.
     p.add_argument("--cuda-graph-max-bs-decode", type=int, default=None)
@@ -294,6 +297,8 @@ def resolve(argv: list[str]) -> Settings:
             raise CliError(f"--{flag.replace('_', '-')} {getattr(ns, flag)}: must be >= 0")
     if ns.sim_kv_tokens < 1:
         raise CliError(f"--sim-kv-tokens {ns.sim_kv_tokens}: must be >= 1")
+    if ns.enable_deterministic_inference and ns.attention_backend not in (None, *DETERMINISTIC_ATTENTION_BACKENDS):
+        raise CliError(deterministic_backend_refusal(ns.attention_backend))
     try:
         faults = parse_faults(ns.sim_fault)
     except FaultError as exc:

@@ -4,7 +4,9 @@ Exit codes (:class:`repro_py.exitcodes.ExitCode`): 0 the sweep ran to the end
 (failed configs are results, listed with reasons in the report); 1 the sweep
 ran but restoring the default config failed; 2 bad command line or an
 invalid plan (nothing was restarted); 3 the host is leased to another sweep
-or deploy (nothing was restarted); 130 interrupted (resumable).
+or deploy (nothing was restarted); 4 no isolating sandbox for the coding gate
+and no ``--allow-unisolated`` (nothing was restarted); 130 interrupted
+(resumable).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from rich.table import Table
 
 from repro_py import manifest, sampling_settings
 from repro_py.atomicio import write_json_atomic
+from repro_py.codeeval.sandbox import IsolationUnavailable
 from repro_py.endpoint import Endpoint
 from repro_py.exitcodes import ExitCode
 from repro_py.report.render import build_report
@@ -42,7 +45,7 @@ from repro_py.sweep.inventory import Target, load_target
 from repro_py.sweep.lease import TAKEOVER_FLAG, HostLease
 from repro_py.sweep.lease import take as take_lease
 from repro_py.sweep.localproc import LocalProcessReconfigurer
-from repro_py.sweep.measure import BundleMeasure
+from repro_py.sweep.measure import BundleMeasure, coding_sandbox
 from repro_py.sweep.plan import Plan, make_plan
 from repro_py.sweep.reconfigure import AnsibleReconfigurer
 from repro_py.sweep.runner import SweepOptions, SweepRunner
@@ -109,6 +112,12 @@ def build_parser() -> argparse.ArgumentParser:
         "the config's own keys cannot be set this way",
     )
     p.add_argument("--no-report", action="store_true", help="skip summary/plots/manifest at the end")
+    p.add_argument(
+        "--allow-unisolated",
+        action="store_true",
+        help="judge the coding gate's candidates even when no isolating sandbox (bubblewrap, namespaces) works "
+        "on this controller (mode none: the candidate reads the controller's files); the mode is in every result",
+    )
     p.add_argument(
         TAKEOVER_FLAG,
         action="store_true",
@@ -217,6 +226,23 @@ def print_plan(console: Console, plan: Plan, run_id: str) -> None:
         console.print(f"default config restored at the end: {plan.default_config.label}")
 
 
+
+def refuse_unisolated(console: Console, exc: IsolationUnavailable) -> int:
+    console.print("[red]the run was refused; nothing was restarted:[/]")
+    console.print(f"  - {exc}", markup=False, highlight=False)
+    return int(ExitCode.NO_SANDBOX)
+
+
+def print_gates(console: Console, sandbox: dict[str, Any], plan: Plan) -> None:
+    """How the gates will judge: the coding sandbox, the lossless oracle and whether it has a baseline."""
+    warn = " [red](UNISOLATED, allowed by --allow-unisolated)[/]" if sandbox["mode"] == "none" else ""
+    console.print(f"coding sandbox: {sandbox['mode']}{warn}: {escape(sandbox['description'])}")
+    console.print("lossless gate: every measured config runs with --enable-deterministic-inference and is compared "
+                  "with the baseline's outputs")
+    if not any(cfg.spec.algorithm == "none" for cfg in plan.configs):
+        console.print("[yellow]no baseline (algorithm: none) in the grid: the lossless gate will judge no config[/]")
+
+
 def default_run_id(target: Target) -> str:
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
     host = re.sub(r"[^A-Za-z0-9._-]", "-", target.host)
@@ -314,8 +340,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             console.print(f"  - {problem}", markup=False, highlight=False)
         return ExitCode.USAGE
 
+    try:
+        sandbox = coding_sandbox(allow_unisolated=args.allow_unisolated)
+    except IsolationUnavailable as exc:
+        return refuse_unisolated(console, exc)
     run_id = run_dir.run_id if run_dir else (args.run_id or default_run_id(target))
     print_plan(out, plan, run_id)
+    print_gates(out, sandbox, plan)
     if args.dry_run:
         return ExitCode.OK
 
@@ -346,12 +377,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         plan_doc = plan.as_dict(run_id)
         plan_doc["extra_vars"] = extra_vars
         plan_doc["reconfigurer"] = args.reconfigurer
+        plan_doc["sandbox"] = sandbox
         write_json_atomic(run_dir.plan, plan_doc)
         runner = SweepRunner(
             plan,
             run_dir,
             reconfigurer,
-            BundleMeasure(),
+            BundleMeasure(gates_kwargs={"allow_unisolated": args.allow_unisolated}),
             bundle=bundle,
             options=SweepOptions(restore=not args.no_restore, retry_failed=args.retry_failed),
             console=console,

@@ -3,7 +3,9 @@
 Exit codes (:class:`repro_py.exitcodes.ExitCode`): 0 the search ran to its
 end (budget, convergence or the whole space); 1 it ran, but restoring the
 default config failed, or a written change is not in effect; 2 bad command
-line, space or settings (nothing was restarted); 130 interrupted (resumable).
+line, space or settings (nothing was restarted); 4 no isolating sandbox for
+the coding gate and no ``--allow-unisolated`` (nothing was restarted); 130
+interrupted (resumable).
 """
 
 from __future__ import annotations
@@ -43,17 +45,21 @@ from repro_py.tune.sweepio import (
     AnsibleReconfigurer,
     BenchPlan,
     BundleMeasure,
+    IsolationUnavailable,
     PlanError,
     RunDir,
     Target,
     build_report,
+    coding_sandbox,
     default_run_id,
     latest_resumable,
     load_target,
     local_reconfigurer,
     make_plan,
     parse_extra_vars,
+    print_gates,
     print_resume,
+    refuse_unisolated,
 )
 
 DEFAULT_MAX_RESTARTS = 12
@@ -178,6 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
         "process (simulated inventories only; development aid)",
     )
     p.add_argument("--no-report", action="store_true", help="skip the reports and the manifest at the end")
+    p.add_argument("--allow-unisolated", action="store_true",
+                   help="judge coding candidates even without an isolating sandbox (as for a sweep)")
     p.add_argument(TAKEOVER_FLAG, action="store_true", help="take the host lease over (as for a sweep)")
     return p
 
@@ -306,6 +314,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             console.print(f"  - {problem}", markup=False, highlight=False)
         return ExitCode.USAGE
 
+    try:
+        sandbox = coding_sandbox(allow_unisolated=args.allow_unisolated)
+    except IsolationUnavailable as exc:
+        return refuse_unisolated(console, exc)
     run_id = run_dir.run_id if run_dir else (args.run_id or default_run_id(target))
     # the deployed config, measured early, at the run's sampling setting (as every config of the space)
     deployed = plan.default_config and dataclasses.replace(plan.default_config, sampling=settings.sampling)
@@ -319,6 +331,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         preview.start(proposal)
         first.append(proposal.cfg.label)
     summary.print_plan(out, settings, plan, run_id, first)
+    print_gates(out, sandbox, plan)
     if args.dry_run:
         return ExitCode.OK
 
@@ -347,12 +360,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings_doc["reconfigurer"] = args.reconfigurer
     write_json_atomic(run_dir.path / "tune" / "settings.json", settings_doc)
     plan_doc = plan.as_dict(run_id)
-    plan_doc.update(configs=[], extra_vars=extra_vars, reconfigurer=args.reconfigurer, tool=TOOL)
+    plan_doc.update(configs=[], extra_vars=extra_vars, reconfigurer=args.reconfigurer, tool=TOOL, sandbox=sandbox)
     if not run_dir.plan.is_file():
         write_json_atomic(run_dir.plan, plan_doc)
 
     loop = TuneLoop(
-        plan, search, run_dir, reconfigurer, BundleMeasure(), bundle=bundle, budget=settings.budget, console=console
+        plan, search, run_dir, reconfigurer, BundleMeasure(gates_kwargs={"allow_unisolated": args.allow_unisolated}),
+        bundle=bundle, budget=settings.budget, console=console,
     )
     finished = (
         args.resume

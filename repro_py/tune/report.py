@@ -69,7 +69,12 @@ def context(doc: dict[str, Any], run_path: Path, plot_paths: dict[str, Path]) ->
     else:
         budget_text = "no budget"
     last = ladder[-1]["name"]
+    sandbox = run.plan.get("sandbox") or {}
+    modes = sorted({str(((r.get("gates") or {}).get("coding") or {}).get("isolation_mode")) for r in run.results
+                    if ((r.get("gates") or {}).get("coding") or {}).get("isolation_mode")})
     return {
+        "sandbox": sandbox,
+        "sandboxes": modes,
         "run_id": run.run_id,
         "simulated": run.simulated,
         "sim_note": sim_note(run.sim_speeds) if run.simulated else None,

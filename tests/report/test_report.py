@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import struct
 import subprocess
 import zlib
@@ -239,3 +240,25 @@ def test_pareto_front_and_md_cell() -> None:
     assert [p[0] for p in pareto_front(pts)] == ["a", "b", "d"]
     assert md_cell("x | y\nz") == "x \\| y z"
     assert md_cell(None) == "-"
+
+
+def test_the_sandbox_mode_and_the_lossless_verdicts_are_shown(make_run: Callable[..., Path]) -> None:
+    """A run judged with --allow-unisolated says so in its header and per config; lossless verdicts show."""
+    docs = standard_results()
+    for doc in docs:
+        gates = doc["gates"]
+        gates["coding"].update(isolation_mode="none", pass_count=14, total=14)
+        gates["lossless"].update(verdict="lossless" if gates["lossless"]["passed"] else "diverged",
+                                 server_log={"scanned": True, "passed": True})
+    docs[0]["gates"]["lossless"]["verdict"] = "reference"
+    run = make_run(results=docs)
+    plan = json.loads((run / "plan.json").read_text())
+    plan["sandbox"] = {"mode": "none", "description": "none (UNISOLATED ...)", "unisolated_allowed": True}
+    (run / "plan.json").write_text(json.dumps(plan))
+    summary = build_report(run)["summary_md"].read_text()
+    assert "| coding sandbox | none (**UNISOLATED**, allowed by `--allow-unisolated`" in summary
+    assert "| ddtree-b8-t4-w2048-bs8 | pass | lossless | clean | 14/14 | none (UNISOLATED) |" in summary
+    assert "| baseline | pass | reference | clean | 14/14 | none (UNISOLATED) |" in summary
+    rows = {r["label"]: r for r in csv.DictReader(io.StringIO((run / "summary.csv").read_text()))}
+    assert rows["ddtree-b8-t4-w2048-bs8"]["sandbox"] == "none"
+    assert rows["ddtree-b16-t4-w2048-bs8"]["lossless_verdict"] == "diverged"
