@@ -3,7 +3,9 @@
 Exit codes (:class:`repro_py.exitcodes.ExitCode`): 0 the search ran to its
 end (budget, convergence or the whole space); 1 it ran, but restoring the
 default config failed, or a written change is not in effect; 2 bad command
-line, space or settings (nothing was restarted); 130 interrupted (resumable).
+line, space or settings (nothing was restarted); 4 no isolating sandbox for
+the coding gate and no ``--allow-unisolated`` (nothing was restarted); 130
+interrupted (resumable).
 """
 
 from __future__ import annotations
@@ -19,10 +21,11 @@ from typing import Any
 
 from rich.console import Console
 
-from repro_py import manifest
+from repro_py import manifest, sampling_settings
 from repro_py.atomicio import write_json_atomic
 from repro_py.cliparse import parse_or_exit_code
 from repro_py.exitcodes import ExitCode
+from repro_py.sampling_settings import Sampling
 from repro_py.sweep.lease import TAKEOVER_FLAG, HostLease
 from repro_py.sweep.lease import take as take_lease
 from repro_py.tune import ladder as laddermod
@@ -35,7 +38,7 @@ from repro_py.tune.outcome import search_document
 from repro_py.tune.report import write_report
 from repro_py.tune.search import Search
 from repro_py.tune.settings import TuneSettings
-from repro_py.tune.space import Space, load_space
+from repro_py.tune.space import Space, load_space, validated
 from repro_py.tune.sweepio import (
     RUN_ID_RE,
     STATE_COMPLETE,
@@ -43,18 +46,23 @@ from repro_py.tune.sweepio import (
     AnsibleReconfigurer,
     BenchPlan,
     BundleMeasure,
+    IsolationUnavailable,
     Plan,
     PlanError,
     PlannedConfig,
     RunDir,
+    Target,
     build_report,
+    coding_sandbox,
     default_run_id,
     latest_resumable,
     load_target,
     local_reconfigurer,
     make_plan,
     parse_extra_vars,
+    print_gates,
     print_resume,
+    refuse_unisolated,
 )
 
 DEFAULT_MAX_RESTARTS = 12
@@ -142,6 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="between-restart relative noise assumed until two restarts of the current config measure it, "
         f"then a prior worth one restart (default {DEFAULT_FLOOR_CV})",
     )
+    p.add_argument(
+        "--temperature", type=float,
+        help="sampling temperature of every benchmark request, >= 0 (default 0: greedy; a DDTree server "
+        "refuses temperature > 0 today, see docs/tune.md)",
+    )  # fmt: skip
+    p.add_argument("--top-p", type=float, help="top_p of every benchmark request, in (0, 1] (default 1)")
     p.add_argument("--run-id", help="name of the run directory (default: <UTC time>-<host>)")
     p.add_argument("--results", type=Path, default=Path("results"), help="results root (default: results/)")
     p.add_argument(
@@ -173,6 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
         "process (simulated inventories only; development aid; no -e). --resume keeps the run's own",
     )
     p.add_argument("--no-report", action="store_true", help="skip the reports and the manifest at the end")
+    p.add_argument("--allow-unisolated", action="store_true",
+                   help="judge coding candidates even without an isolating sandbox (as for a sweep)")
     p.add_argument(TAKEOVER_FLAG, action="store_true", help="take the host lease over (as for a sweep)")
     return p
 
@@ -219,7 +235,25 @@ def _settings_from_args(args: argparse.Namespace, space: Space, host: str) -> Tu
         floor_cv=args.noise_floor,
         space=space,
         budget=Budget(max_restarts=args.max_restarts, max_hours=args.max_hours, restore=not args.no_restore),
+        sampling=sampling_from_args(args),
     )
+
+
+def sampling_from_args(args: argparse.Namespace) -> Sampling:
+    """``--temperature``/``--top-p`` (default greedy); a bad value is a PlanError naming it and the range."""
+    try:
+        return sampling_settings.parse(args.temperature, args.top_p)
+    except sampling_settings.SamplingError as exc:
+        raise PlanError([f"--temperature/--top-p: {p}" for p in exc.problems]) from exc
+
+
+def sampled_space(target: Target, space: Space, sampling: Sampling) -> Space:
+    """The space with the run's sampling setting on every config (part of each label, never of the restart);
+    a config that names its own keeps it."""
+    if sampling.default:
+        return space
+    raws = [{**sampling.short(), **raw} for raw in space.raws]
+    return validated(target, raws, source=space.source, capped=space.capped)
 
 
 def _with_current_config(settings: TuneSettings, current: PlannedConfig | None) -> TuneSettings:
@@ -236,8 +270,13 @@ def _with_current_config(settings: TuneSettings, current: PlannedConfig | None) 
     return dataclasses.replace(settings, space=settings.space.including(current))
 
 
+def _deployed(plan: Plan, settings: TuneSettings) -> PlannedConfig | None:
+    """The inventory's current config at the run's sampling setting (as every config of the space)."""
+    return plan.default_config and dataclasses.replace(plan.default_config, sampling=settings.sampling)
+
+
 def _search(settings: TuneSettings, plan: Plan) -> Search:
-    return Search(settings.space, settings.search_settings(), settings.noise_model(), default=plan.default_config)
+    return Search(settings.space, settings.search_settings(), settings.noise_model(), default=_deployed(plan, settings))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -279,7 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             if not args.objective:
                 raise PlanError([f"--objective is required; allowed: {', '.join(objmod.OBJECTIVE_NAMES)}"])
-            space = load_space(target, args.space)
+            space = sampled_space(target, load_space(target, args.space), sampling_from_args(args))
             settings = _settings_from_args(args, space, target.host)
             if settings.budget.max_restarts is None and settings.budget.max_hours is None:
                 settings = dataclasses.replace(
@@ -298,8 +337,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 max_tokens=settings.ladder[-1].max_tokens,
             ),
             results_root=results_root,
+            sampling=settings.sampling,
         )
-        settings = _with_current_config(settings, plan.default_config)
+        settings = _with_current_config(settings, _deployed(plan, settings))
         budget_issue = budget_problem(_search(settings, plan), settings.budget)
         if budget_issue is not None:
             raise PlanError([budget_issue])
@@ -310,6 +350,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             console.print(f"  - {problem}", markup=False, highlight=False)
         return ExitCode.USAGE
 
+    try:
+        sandbox = coding_sandbox(allow_unisolated=args.allow_unisolated)
+    except IsolationUnavailable as exc:
+        return refuse_unisolated(console, exc)
     run_id = run_dir.run_id if run_dir else (args.run_id or default_run_id(target))
     search, preview = _search(settings, plan), _search(settings, plan)
     first = ["(continues the stored search)"] if args.resume else []
@@ -320,6 +364,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         preview.start(proposal)
         first.append(proposal.cfg.label)
     summary.print_plan(out, settings, plan, run_id, first)
+    print_gates(out, sandbox, plan)
     if args.dry_run:
         return ExitCode.OK
 
@@ -348,12 +393,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = run_options(settings_doc)
     write_json_atomic(run_dir.path / "tune" / "settings.json", settings_doc)
     plan_doc = plan.as_dict(run_id)
-    plan_doc.update(configs=[], extra_vars=extra_vars, reconfigurer=run_opts["reconfigurer"], tool=TOOL)
+    plan_doc.update(
+        configs=[], extra_vars=extra_vars, reconfigurer=run_opts["reconfigurer"], tool=TOOL, sandbox=sandbox
+    )
     if not run_dir.plan.is_file():
         write_json_atomic(run_dir.plan, plan_doc)
 
     loop = TuneLoop(
-        plan, search, run_dir, reconfigurer, BundleMeasure(), bundle=bundle, budget=settings.budget, console=console
+        plan, search, run_dir, reconfigurer, BundleMeasure(gates_kwargs={"allow_unisolated": args.allow_unisolated}),
+        bundle=bundle, budget=settings.budget, console=console,
     )
     finished = (
         args.resume

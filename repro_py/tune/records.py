@@ -14,7 +14,6 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from repro_py import spec_config
 from repro_py.tune.sweepio import PlannedConfig
 
 MEASURING = "measuring"
@@ -42,11 +41,13 @@ class RepeatedConfig(PlannedConfig):
 
     @property
     def base_label(self) -> str:
-        return spec_config.run_label(self.spec, self.sim_fault)
+        return super().label  # the config's label in the space, its sampling setting included
 
     @classmethod
     def of(cls, cfg: PlannedConfig, restart: int) -> RepeatedConfig:
-        return cls(spec=cfg.spec, sim_fault=cfg.sim_fault, extra_vars=cfg.extra_vars, restart=restart)
+        return cls(
+            spec=cfg.spec, sim_fault=cfg.sim_fault, extra_vars=cfg.extra_vars, sampling=cfg.sampling, restart=restart
+        )
 
 
 def split_label(label: str) -> tuple[str, int]:

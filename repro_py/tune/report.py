@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from repro_py import sampling_settings
 from repro_py.atomicio import write_json_atomic, write_text_atomic
 from repro_py.report.render import environment
 from repro_py.report.tables import load_run
@@ -71,11 +72,17 @@ def context(doc: dict[str, Any], run_path: Path, plot_paths: dict[str, Path]) ->
     else:
         budget_text = "no budget"
     last = ladder[-1]["name"]
+    sandbox = run.plan.get("sandbox") or {}
+    modes = sorted({str(((r.get("gates") or {}).get("coding") or {}).get("isolation_mode")) for r in run.results
+                    if ((r.get("gates") or {}).get("coding") or {}).get("isolation_mode")})
     return {
+        "sandbox": sandbox,
+        "sandboxes": modes,
         "run_id": run.run_id,
         "simulated": run.simulated,
         "sim_note": sim_note(run.sim_speeds) if run.simulated else None,
         "host": settings.get("host") or "-",
+        "sampling": sampling_settings.of_result(settings).text,
         "objectives": settings["objectives"],
         "slos": settings.get("slos") or [],
         "space_size": doc["space_size"],

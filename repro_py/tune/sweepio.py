@@ -11,6 +11,7 @@ change to this file alone.
 
 from __future__ import annotations
 
+from repro_py.codeeval.sandbox import IsolationUnavailable
 from repro_py.report.render import build_report
 from repro_py.sweep.benchplan import BenchPlan
 from repro_py.sweep.cli import (
@@ -18,7 +19,9 @@ from repro_py.sweep.cli import (
     default_run_id,
     local_reconfigurer,
     parse_extra_vars,
+    print_gates,
     print_resume,
+    refuse_unisolated,
     resume_command,
 )
 from repro_py.sweep.errors import PlanError
@@ -28,7 +31,7 @@ from repro_py.sweep.fingerprint import controller_fingerprint
 from repro_py.sweep.grid import SIM_FAULT_KEY, PlannedConfig, expand_grid, validate_all, validate_config
 from repro_py.sweep.inventory import Target, load_target
 from repro_py.sweep.localproc import LocalProcessReconfigurer
-from repro_py.sweep.measure import BundleMeasure, Measure
+from repro_py.sweep.measure import BundleMeasure, Measure, coding_sandbox
 from repro_py.sweep.plan import Plan, make_plan
 from repro_py.sweep.reconfigure import AnsibleReconfigurer, Reconfigurer
 from repro_py.sweep.runner import Interrupted, SweepOptions, SweepRunner
@@ -53,6 +56,7 @@ __all__ = [
     "BenchPlan",
     "BundleMeasure",
     "Interrupted",
+    "IsolationUnavailable",
     "LocalProcessReconfigurer",
     "Measure",
     "Plan",
@@ -64,6 +68,7 @@ __all__ = [
     "SweepRunner",
     "Target",
     "build_report",
+    "coding_sandbox",
     "controller_fingerprint",
     "decide",
     "default_run_id",
@@ -75,7 +80,9 @@ __all__ = [
     "make_plan",
     "now_iso",
     "parse_extra_vars",
+    "print_gates",
     "print_resume",
+    "refuse_unisolated",
     "resume_command",
     "validate_all",
     "validate_config",

@@ -148,3 +148,16 @@ def test_gpu_device_nodes_are_created_then_opened_in_the_sandbox(run_playbook, t
     assert unit.index("ExecStartPre=") < unit.index("ExecStart=")
     no_gpu, _ = render(run_playbook, tmp_path / "none")
     assert "ExecStartPre=" not in no_gpu
+
+
+def test_deterministic_inference_is_rendered_for_both_engines(run_playbook, tmp_path):
+    """The losslessness gate's oracle: the flag reaches sglang's command line (and the simulated engine's, which
+    accepts and echoes it as sglang does); off by default."""
+    _, plain = render(run_playbook, tmp_path / "off")
+    assert "--enable-deterministic-inference" not in plain["argv"]
+    on = '{"sglang_service_deterministic_inference": true}'
+    _, real = render(run_playbook, tmp_path / "real", "-e", "sglang_service_engine=sglang", "-e", on)
+    _, sim = render(run_playbook, tmp_path / "sim", "-e", "sglang_service_engine=simulated", "-e", on)
+    for argv in (real["argv"], sim["argv"]):
+        words = " ".join(argv)
+        assert "--attention-backend triton --enable-deterministic-inference" in words

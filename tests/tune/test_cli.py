@@ -136,6 +136,9 @@ def test_a_real_run_on_local_engines_reports_resumes_and_writes_back(
     assert search["noise"]["between_restarts"]["restarts"] == 2
     report = (run / "tune" / "report.md").read_text()
     assert report.startswith("# SIMULATED tuning report: t") and winner["label"] in report
+    mode = json.loads((run / "plan.json").read_text())["sandbox"]["mode"]
+    assert mode in ("bwrap", "namespaces")
+    assert f"| coding sandbox | {mode}; modes in the gated results: {mode} |" in report
     assert (run / "tune" / "plots" / "search.png").read_bytes()[:4] == b"\x89PNG"
     assert "SIMULATED sweep report: t" in (run / "summary.md").read_text()
     check = subprocess.run(["sha256sum", "-c", "--quiet", "MANIFEST.sha256"], cwd=run, capture_output=True, check=False)
