@@ -24,12 +24,14 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from repro_py import sampling_settings
 from repro_py.atomicio import write_json_atomic
 from repro_py.bench.matrix import DEFAULT_CONCURRENCY, DEFAULT_CONTEXTS, BenchSettings, cell_ok, run_matrix
 from repro_py.cliparse import parse_or_exit_code
 from repro_py.exitcodes import ExitCode
 from repro_py.inventory_endpoint import add_arguments as add_endpoint_arguments
 from repro_py.inventory_endpoint import endpoint_from_args
+from repro_py.sampling_settings import DEFAULT_TEMPERATURE, DEFAULT_TOP_P
 from repro_py.simmark import sim_note
 
 
@@ -57,11 +59,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a cell whose throughput CV exceeds this is marked noisy (default: 0.05)")
     p.add_argument("--requests-per-cell", type=int, default=None,
                    help="requests per repeat (default: the cell's concurrency)")
-    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default: 0)")
+    p.add_argument("--temperature", type=float, default=DEFAULT_TEMPERATURE,
+                   help="sampling temperature sent with every request, >= 0 (default: 0, greedy; the OpenAI "
+                        "client's default request samples at 1.0)")
+    p.add_argument("--top-p", type=float, default=DEFAULT_TOP_P,
+                   help="nucleus sampling top_p sent with every request, in (0, 1] (default: 1)")
     p.add_argument("--timeout", type=float, default=600.0, help="per-request timeout in seconds (default: 600)")
     p.add_argument("--error-budget", type=int, default=0,
-                   help="failed requests a repeat may have and still count (default: 0; a repeat over it is "
-                        "failed and left out of every figure)")
+                   help="failed requests a repeat may have and still count, if the server stayed up and answered "
+                        "after them (default: 0; a repeat over it, or whose server stopped answering or restarted, "
+                        "is failed and left out of every figure)")
     p.add_argument("--ignore-eos", action="store_true",
                    help="ask the server to ignore EOS so every request generates max_tokens (sglang extension)")
     p.add_argument("--no-flush", action="store_true", help="do not POST /flush_cache between cells and repeats")
@@ -80,12 +87,18 @@ def _fmt(x: object, spec: str = ".1f") -> str:
 
 def render_table(result: dict[str, Any], console: Console) -> None:
     engine = result.get("engine", {})
-    title = f"{result['settings']['url']}  engine={engine.get('kind')} version={engine.get('version')}"
+    budget = int(result["settings"].get("error_budget") or 0)
+    sampling = sampling_settings.of_result(result)
+    title = (
+        f"{result['settings']['url']}  engine={engine.get('kind')} version={engine.get('version')}  "
+        f"sampling {sampling.text}"
+    )
     if engine.get("kind") == "simulated":
         title += f"\n{sim_note([engine.get('sim_speed')])}"
     table = Table(title=title)
     for col in ("ctx", "C", "status", "tok/s", "CV", "tok/s/req", "TTFT p50/p99 ms", "ITL/chunk p50/p99 ms",
-                "ITL/token p50/p99 ms", "client/engine e2e", "accept (steps)", "repeats ok", "errors", "note"):
+                "ITL/token p50/p99 ms", "client/engine e2e", "accept (steps)", "repeats ok", "errors",
+                "budget used", "note"):
         table.add_column(col)
     for cell in result["cells"]:
         med = cell.get("median") or {}
@@ -107,9 +120,11 @@ def render_table(result: dict[str, Any], console: Console) -> None:
             f"{_fmt(ttft.get('p50'))}/{_fmt(ttft.get('p99'))}", f"{_fmt(itl.get('p50'))}/{_fmt(itl.get('p99'))}",
             f"{_fmt(itl_token.get('p50'), '.2f')}/{_fmt(itl_token.get('p99'), '.2f')}", _fmt(ratio, ".3f"),
             accept_txt, f"{cell.get('repeats_ok', 0)}/{len(repeats)}" if repeats else "-",
-            _fmt(cell.get("errors"), "d"), note,
+            _fmt(cell.get("errors"), "d"), f"{cell.get('budget_used', 0)}/{budget}" if repeats else "-", note,
         )
     console.print(table)
+    console.print(f"error budget: {budget} failed requests per repeat, counted only from a server that stayed up "
+                  f"and answered after them; budget used: the most one counted repeat spent", highlight=False)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = BenchSettings(
             contexts=args.contexts, concurrency=args.concurrency, repeats=args.repeats, max_tokens=args.max_tokens,
             warmup=args.warmup, cv_threshold=args.cv_threshold, requests_per_cell=args.requests_per_cell,
-            temperature=args.temperature, request_timeout_s=args.timeout, flush_cache=not args.no_flush,
+            temperature=args.temperature, top_p=args.top_p, request_timeout_s=args.timeout,
+            flush_cache=not args.no_flush,
             ignore_eos=args.ignore_eos, error_budget=args.error_budget,
         )
     except ValueError as exc:

@@ -15,7 +15,8 @@ Output and prompt token counts come from the server's ``usage`` (requested
 with ``stream_options.include_usage``), never from counting chunks. A request
 counts as finished normally only with ``finish_reason`` ``stop`` or ``length``;
 ``abort`` (or anything else), an error event, a timeout, a missing usage chunk
-or ``[DONE]`` makes it a failed request, whose tokens count nowhere.
+or ``[DONE]`` makes it a failed request, whose tokens count nowhere; one whose
+connection failed or was cut is marked ``lost`` (the server stopped answering).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class RequestResult:
     content: str = ""
     reasoning: str = ""
     saw_reasoning_field: bool = False
+    lost: bool = False  # the connection failed or was cut: the server stopped answering this request
 
     @property
     def latency_s(self) -> float:
@@ -76,6 +78,7 @@ def chat_body(
     *,
     max_tokens: int,
     temperature: float = 0.0,
+    top_p: float = 1.0,
     stream: bool = True,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
@@ -84,6 +87,7 @@ def chat_body(
         "messages": messages,
         "max_tokens": max_tokens,
         "temperature": temperature,
+        "top_p": top_p,
         "stream": stream,
     }
     if stream:
@@ -108,13 +112,14 @@ async def stream_chat(
     *,
     max_tokens: int,
     temperature: float = 0.0,
+    top_p: float = 1.0,
     timeout_s: float = 600.0,
     keep_text: bool = False,
     extra: dict[str, Any] | None = None,
 ) -> RequestResult:
     """Send one streaming chat completion and time it. Never raises for server or network errors."""
     res = RequestResult()
-    body = chat_body(endpoint, messages, max_tokens=max_tokens, temperature=temperature, extra=extra)
+    body = chat_body(endpoint, messages, max_tokens=max_tokens, temperature=temperature, top_p=top_p, extra=extra)
     payload = json.dumps(body).encode()
     headers = endpoint.headers(json_body=True)
     clock = time.perf_counter
@@ -179,6 +184,7 @@ async def stream_chat(
         res.error = f"timed out after {timeout_s:g}s"
     except aiohttp.ClientError as exc:
         res.error = f"{type(exc).__name__}: {exc}"
+        res.lost = isinstance(exc, aiohttp.ClientConnectionError | aiohttp.ClientPayloadError)
     except (ValueError, UnicodeDecodeError, AttributeError, TypeError, KeyError) as exc:
         res.error = f"malformed stream chunk: {type(exc).__name__}: {exc}"
     res.end = clock()

@@ -1,10 +1,13 @@
 """Figures of one repeat and of one cell, and whether they count.
 
 A repeat is ``ok`` when at most ``error_budget`` of its requests failed (default
-0: every measured request must finish normally) and the server's counters did
-not go backwards (a restart under the repeat); otherwise it is ``failed``, with
-the reason, and none of its figures enter the cell's medians. A cell's figures
-are medians over its ``ok`` repeats only.
+0: every measured request must finish normally), the server stayed up and
+answered after them (``liveness``: otherwise the repeat fails whatever the
+budget) and its counters did not go backwards (a restart under the repeat);
+otherwise it is ``failed``, with the reason, and none of its figures enter the
+cell's medians. ``budget_used`` is how many failed requests an ``ok`` repeat
+counted against its budget. A cell's figures are medians over its ``ok``
+repeats only.
 
 The timing check compares the client's figures with the engine's own: the
 deltas of sglang's latency histograms (``sglang:e2e_request_latency_seconds``,
@@ -68,8 +71,10 @@ def _pooled_tps(tokens: int | None, seconds: float | None) -> float | None:
 
 
 def repeat_figures(
-    results: list[RequestResult], wall_s: float, delta: counters.CounterDelta, *, error_budget: int = 0
+    results: list[RequestResult], wall_s: float, delta: counters.CounterDelta, *, error_budget: int = 0,
+    trouble: str | None = None,
 ) -> dict[str, Any]:
+    """The repeat's figures and status; ``trouble`` (``liveness.repeat_trouble``) fails it whatever the budget."""
     ok = [r for r in results if r.ok]
     errors = [r for r in results if not r.ok]
     out_tokens = sum(r.output_tokens or 0 for r in ok)
@@ -86,7 +91,9 @@ def repeat_figures(
     prompt_counts = [r.prompt_tokens for r in ok if r.prompt_tokens is not None]
     samples = sorted({r.error or "?" for r in errors})[:3]
     reason: str | None = None
-    if len(errors) > error_budget:
+    if trouble is not None:
+        reason = f"{trouble} ({len(errors)}/{len(results)} requests failed; none counted against the error budget)"
+    elif len(errors) > error_budget:
         reason = f"{len(errors)}/{len(results)} requests failed (error budget {error_budget}); first: {samples[0]}"
     elif delta.went_backwards:
         reason = "the server's counters went backwards during the repeat: it restarted"
@@ -98,6 +105,8 @@ def repeat_figures(
         "requests": len(results),
         "ok": len(ok),
         "errors": len(errors),
+        "error_budget": error_budget,
+        "budget_used": len(errors) if reason is None else None,
         "error_samples": samples,
         "wall_s": span,
         "output_tokens": out_tokens,
@@ -126,11 +135,13 @@ def summarize_cell(
         {"repeat": r.get("repeat", i), "reason": r.get("reason")}
         for i, r in enumerate(repeats) if r.get("status", "ok") != "ok"
     ]
+    used = [int(r["budget_used"]) for r in repeats if r.get("budget_used") is not None]
     base = {
         "repeats_ok": len(good),
         "repeats_failed": failed,
         "errors": sum(int(r["errors"]) for r in repeats),
         "requests": sum(int(r["requests"]) for r in repeats),
+        "budget_used": max(used) if used else 0,  # the most failed requests one ok repeat counted
     }
     if not good:
         return {"median": None, "cv": {"output_tps": None}, "noisy": False, **base}

@@ -14,8 +14,11 @@ marks it noisy.
 
 A failure is never a measurement: a repeat with more failed requests than the
 error budget (default 0) is ``failed`` and left out of every figure, and a
-cell with any failed repeat is ``failed`` with the reasons. When a repeat
-fails and the server no longer answers, the cell ends at once
+cell with any failed repeat is ``failed`` with the reasons. The budget counts
+only errors from a server that stayed up: after any failed request the server
+is probed and its identity read again (``liveness``); one that stopped
+answering, restarted or cut its connections fails the repeat whatever the
+budget. When the server no longer answers or restarted, the cell ends at once
 (``server_lost``) and the cells after it are not run.
 """
 
@@ -30,9 +33,11 @@ from typing import Any
 
 import aiohttp
 
+from repro_py import sampling_settings
 from repro_py.bench import counters
 from repro_py.bench.client import RequestResult, stream_chat
 from repro_py.bench.figures import repeat_figures, summarize_cell
+from repro_py.bench.liveness import probe_server, repeat_trouble, server_identity
 from repro_py.bench.prompts import BuiltPrompt, PromptBuilder, PromptError, check_prompt_tokens, prompt_tolerance
 from repro_py.bench.server_info import ServerInfo, ServerInfoError, fetch_server_info
 from repro_py.endpoint import Endpoint
@@ -51,13 +56,14 @@ class BenchSettings:
     warmup: int = 1
     cv_threshold: float = 0.05
     requests_per_cell: int | None = None  # None: one request per concurrency slot
-    temperature: float = 0.0
+    temperature: float = sampling_settings.DEFAULT_TEMPERATURE  # greedy: see repro_py.sampling_settings
+    top_p: float = sampling_settings.DEFAULT_TOP_P
     request_timeout_s: float = 600.0
     prompt_abs_tol: int = 4
     prompt_rel_tol: float = 0.02
     flush_cache: bool = True
     ignore_eos: bool = False  # sglang extension: generate exactly max_tokens (no early EOS)
-    error_budget: int = 0  # failed requests a repeat may have and still count
+    error_budget: int = 0  # failed requests a repeat may have and still count (from a server that stayed up)
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -79,8 +85,16 @@ class BenchSettings:
             problems.append(f"request_timeout_s={self.request_timeout_s} must be > 0")
         if self.error_budget < 0:
             problems.append(f"error_budget={self.error_budget} must be >= 0 (failed requests a repeat may have)")
+        try:
+            sampling_settings.parse(self.temperature, self.top_p)
+        except sampling_settings.SamplingError as exc:
+            problems += exc.problems
         if problems:
             raise ValueError("; ".join(problems))
+
+    @property
+    def sampling(self) -> sampling_settings.Sampling:
+        return sampling_settings.Sampling(float(self.temperature), float(self.top_p))
 
     def requests_for(self, concurrency: int) -> int:
         return self.requests_per_cell if self.requests_per_cell is not None else concurrency
@@ -160,7 +174,7 @@ async def run_requests(
     count: int,
     concurrency: int,
     max_tokens: int,
-    temperature: float,
+    sampling: sampling_settings.Sampling,
     timeout_s: float,
     variant_base: int = 0,
     ignore_eos: bool = False,
@@ -176,7 +190,8 @@ async def run_requests(
             next_index += 1
             results[i] = await stream_chat(
                 session, endpoint, prompt.messages(variant_base + i), max_tokens=max_tokens,
-                temperature=temperature, timeout_s=timeout_s, extra={"ignore_eos": True} if ignore_eos else None,
+                temperature=sampling.temperature, top_p=sampling.top_p, timeout_s=timeout_s,
+                extra={"ignore_eos": True} if ignore_eos else None,
             )
 
     start = time.perf_counter()
@@ -201,18 +216,6 @@ def _empty_cell(context: int, concurrency: int, status: str, reason: str | None)
         "errors": 0,
         "requests": 0,
     }
-
-
-async def probe_server(session: aiohttp.ClientSession, endpoint: Endpoint, *, timeout_s: float = 10.0) -> str | None:
-    """``None`` when the server still answers HTTP (``GET /v1/models``), else why not."""
-    try:
-        async with session.get(
-            endpoint.url("/v1/models"), headers=endpoint.headers(), timeout=aiohttp.ClientTimeout(total=timeout_s)
-        ) as resp:
-            await resp.read()
-            return None if resp.status < 500 else f"GET /v1/models returned HTTP {resp.status}"
-    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-        return f"GET /v1/models failed: {type(exc).__name__}: {exc}"
 
 
 async def run_cell(
@@ -256,7 +259,7 @@ async def run_cell(
     if settings.warmup:
         warm, _ = await run_requests(
             session, endpoint, prompt, count=settings.warmup, concurrency=concurrency,
-            max_tokens=min(settings.max_tokens, WARMUP_MAX_TOKENS), temperature=settings.temperature,
+            max_tokens=min(settings.max_tokens, WARMUP_MAX_TOKENS), sampling=settings.sampling,
             timeout_s=settings.request_timeout_s, variant_base=10_000, ignore_eos=settings.ignore_eos,
         )
         warm_errors = [r.error or "?" for r in warm if not r.ok]
@@ -266,24 +269,28 @@ async def run_cell(
     lost: str | None = None
     for index in range(settings.repeats):
         await flush()
+        identity = await server_identity(session, endpoint)
         before = await counters.read_settled(session, endpoint)
         results, wall = await run_requests(
             session, endpoint, prompt, count=requests, concurrency=concurrency, max_tokens=settings.max_tokens,
-            temperature=settings.temperature, timeout_s=settings.request_timeout_s, ignore_eos=settings.ignore_eos,
+            sampling=settings.sampling, timeout_s=settings.request_timeout_s, ignore_eos=settings.ignore_eos,
         )
         after = await counters.read_settled(session, endpoint)
         delta = counters.delta(before, after)
-        figures = repeat_figures(results, wall, delta, error_budget=settings.error_budget)
+        trouble = await repeat_trouble(session, endpoint, results, before, after, identity=identity)
+        figures = repeat_figures(results, wall, delta, error_budget=settings.error_budget,
+                                 trouble=None if trouble is None else trouble.reason)  # fmt: skip
         figures["repeat"] = index
         repeats.append(figures)
         deltas.append(delta)
         if figures["status"] == "ok":
             counted += [r for r in results if r.ok]
-        else:
-            why_not = await probe_server(session, endpoint)
-            if why_not is not None:
-                lost = f"the server stopped answering during repeat {index}: {figures['reason']}; {why_not}"
-                break
+        elif trouble is not None and trouble.gone:
+            lost = f"the server stopped answering during repeat {index}: {figures['reason']}"
+            break
+        elif trouble is None and (why_not := await probe_server(session, endpoint)) is not None:
+            lost = f"the server stopped answering during repeat {index}: {figures['reason']}; {why_not}"
+            break
     cell: dict[str, Any] = {
         "context": context,
         "concurrency": concurrency,
@@ -379,6 +386,7 @@ async def run_matrix(
     failed = [c for c in cells if not cell_ok(c)]
     return {
         "settings": {**settings.as_dict(), "url": endpoint.base_url, "model": endpoint.model},
+        "sampling": settings.sampling.as_dict(),
         "engine": engine,
         "status": "failed" if failed or engine.get("kind") is None else "ok",
         "failed_cells": len(failed),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,12 @@ def parse_problems(data: Any, *, origin: str = "problems") -> list[Problem]:
         missing = [f for f in FIELDS if not isinstance(item.get(f), str) or not item[f].strip()]
         if missing:
             raise ProblemsError(f"{origin}[{i}] ({item.get('id')!r}): missing or empty {', '.join(missing)}")
+        entry = str(item["entry_point"])
+        if not entry.isidentifier() or hasattr(builtins, entry) or entry.startswith("__"):
+            raise ProblemsError(
+                f"{origin}[{i}] ({item['id']!r}): entry_point {entry!r} must be an identifier that is not a "
+                "builtin's name (the hidden tests see the real builtins, never a candidate's)"
+            )
         if item["id"] in seen:
             raise ProblemsError(f"{origin}[{i}]: duplicate id {item['id']!r}")
         seen.add(item["id"])

@@ -79,12 +79,15 @@ def judge(
     reasoning: str | None,
     finish_reason: str | None,
     limits: SandboxLimits | None = None,
+    isolation: str | None = None,
 ) -> Judgement:
-    """Extract the final code, run it against the problem's hidden tests, classify."""
+    """Extract the final code, run it against the problem's hidden tests (which see its entry point and
+    nothing else it defined), classify. ``isolation``: the sandbox mode (default: the strongest here)."""
     extraction = extract_final_code(content, reasoning)
     if extraction.code is None:
         verdict, detail = classify_without_code(extraction, finish_reason)
         return Judgement(verdict, detail, finish_reason, extraction, None)
-    result = run_candidate(extraction.code, problem.tests, limits=limits)
+    result = run_candidate(extraction.code, problem.tests, limits=limits, isolation=isolation,
+                           entry_points=(problem.entry_point,))
     verdict, detail = classify_run(result, finish_reason)
     return Judgement(verdict, detail, finish_reason, extraction, result)

@@ -2,21 +2,27 @@
 
 ``run_gates(endpoint, expected, lossless_reference)`` runs the config echo,
 the losslessness comparison and the coding eval, and returns
-``{"coding": {...}, "lossless": {...}, "config_echo": {...}, "passed": bool}``.
+``{"coding": {...}, "lossless": {...}, "config_echo": {...}, "isolation": mode, "passed": bool}``.
+Without an isolating sandbox for the coding gate it raises
+``repro_py.codeeval.sandbox.IsolationUnavailable`` before any request, unless
+``allow_unisolated`` is given.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
 
 from repro_py.bench.server_info import ServerInfoError, fetch_server_info
 from repro_py.codeeval.problems import Problem
+from repro_py.codeeval.sandbox import require_isolation
 from repro_py.endpoint import Endpoint
 from repro_py.gates.coding import DEFAULT_MAX_TOKENS, DEFAULT_MIN_PASS_RATE, run_coding
 from repro_py.gates.echo import echo_result
-from repro_py.gates.lossless import DEFAULT_MAX_NEW_TOKENS, run_lossless
+from repro_py.gates.lossless import BASELINE, DEFAULT_MAX_NEW_TOKENS, run_lossless
 from repro_py.spec_config import SpecConfig
 
 __all__ = ["run_gates"]
@@ -25,33 +31,42 @@ __all__ = ["run_gates"]
 async def run_gates(
     endpoint: Endpoint,
     expected: SpecConfig,
-    lossless_reference: dict[str, Any] | None,
+    lossless_reference: Mapping[str, Any] | None,
     *,
     coding_max_tokens: int = DEFAULT_MAX_TOKENS,
     min_coding_pass_rate: float = DEFAULT_MIN_PASS_RATE,
     lossless_max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
     problems: list[Problem] | None = None,
     session: aiohttp.ClientSession | None = None,
+    allow_unisolated: bool = False,
 ) -> dict[str, Any]:
     """Run all three gates; ``passed`` is true only if each one passed.
 
-    ``lossless_reference`` is a reference as built by ``gates.lossless.make_reference``
-    (or ``None``: this config's outputs are then the reference, found in
-    ``result["lossless"]["output_ids"]``).
+    ``lossless_reference`` is the baseline's reference as built by ``gates.lossless.make_reference``
+    (or ``None``: the baseline's outputs then become the reference, found in
+    ``result["lossless"]["output_ids"]``; a speculative config is not judged). Whether the server runs
+    deterministic inference is read from its ``/server_info``.
     """
+    mode = await asyncio.to_thread(require_isolation, allow_unisolated=allow_unisolated)  # refuse before a request
     own = session is None
     if session is None:
         session = aiohttp.ClientSession()
     try:
+        deterministic: bool | None = None
         try:
             info = await fetch_server_info(session, endpoint)
             echo = echo_result(info, expected)
+            deterministic = info.raw.get("enable_deterministic_inference") is True
         except ServerInfoError as exc:
             echo = {"passed": False, "expected": expected.as_short(), "reported": None, "mismatches": [],
                     "reason": str(exc)}
-        lossless = await run_lossless(session, endpoint, lossless_reference, max_new_tokens=lossless_max_new_tokens)
+        lossless = await run_lossless(
+            session, endpoint, lossless_reference, baseline=expected.algorithm == BASELINE, deterministic=deterministic,
+            max_new_tokens=lossless_max_new_tokens,
+        )
         coding = await run_coding(
-            session, endpoint, problems, max_tokens=coding_max_tokens, min_pass_rate=min_coding_pass_rate
+            session, endpoint, problems, max_tokens=coding_max_tokens, min_pass_rate=min_coding_pass_rate,
+            allow_unisolated=allow_unisolated,
         )
     finally:
         if own:
@@ -60,5 +75,6 @@ async def run_gates(
         "coding": coding,
         "lossless": lossless,
         "config_echo": echo,
+        "isolation": mode,
         "passed": bool(coding["passed"] and lossless["passed"] and echo["passed"]),
     }

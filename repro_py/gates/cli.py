@@ -5,7 +5,9 @@ from the inventory, resolved as its plays resolve it (vault options as
 ansible-playbook's); otherwise the key comes from ``$SGLANG_API_KEY``.
 
 Runs the config echo, losslessness and coding gates against a running server.
-Exit codes: 0 every gate passed; 1 a gate failed; 2 bad arguments; 130 interrupted.
+Exit codes: 0 every gate passed; 1 a gate failed; 2 bad arguments; 4 no
+isolating sandbox for the coding gate (bubblewrap or namespaces) and no
+``--allow-unisolated``: nothing was judged; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ from typing import Any
 
 from repro_py.atomicio import write_json_atomic
 from repro_py.cliparse import parse_or_exit_code
+from repro_py.codeeval.sandbox import IsolationUnavailable, require_isolation
 from repro_py.exitcodes import ExitCode
-from repro_py.gates import run_gates
+from repro_py.gates import run_gates, serverlog
 from repro_py.gates.coding import DEFAULT_MAX_TOKENS, DEFAULT_MIN_PASS_RATE
 from repro_py.gates.lossless import DEFAULT_MAX_NEW_TOKENS, make_reference
 from repro_py.inventory_endpoint import add_arguments as add_endpoint_arguments
@@ -46,9 +49,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--expect", required=True,
                    help="the config the server should run, short keys: algorithm=ddtree,budget=8,topk=4,"
                    "window=2048,block_size=8 (algorithm defaults to ddtree; algorithm=none for the baseline)")
-    p.add_argument("--reference", type=Path, default=None, help="lossless reference JSON to compare against")
+    p.add_argument("--reference", type=Path, default=None,
+                   help="the baseline's lossless reference JSON (written by --write-reference against the baseline)")
     p.add_argument("--write-reference", type=Path, default=None,
-                   help="write this server's lossless outputs as a reference JSON")
+                   help="write this server's lossless outputs as the reference JSON (the baseline only)")
+    p.add_argument("--server-log", type=Path, default=None,
+                   help="the server's log of this run (e.g. journalctl -u UNIT --invocation=0 > FILE), scanned for "
+                        "the KV-window invariant and tracebacks")
+    p.add_argument("--allow-unisolated", action="store_true",
+                   help="judge candidate code even when no isolating sandbox (bubblewrap, namespaces) works here")
     p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, help="coding eval max_tokens (default 1024)")
     p.add_argument("--min-coding-pass-rate", type=float, default=DEFAULT_MIN_PASS_RATE,
                    help=f"coding gate threshold (default {DEFAULT_MIN_PASS_RATE})")
@@ -58,19 +67,40 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _summary(result: dict[str, Any]) -> str:
+def _log_text(found: dict[str, Any]) -> str:
+    if not found.get("scanned"):
+        return f"server log not scanned ({found.get('reason')})"
+    return f"server log: {found['lines']} lines scanned, " + ("clean" if found.get("passed") else "NOT clean")
+
+
+def summary(result: dict[str, Any]) -> str:
     coding, lossless, echo = result["coding"], result["lossless"], result["config_echo"]
+    det = lossless.get("deterministic") or {}
+    unisolated = " (UNISOLATED: allowed by --allow-unisolated)" if coding.get("isolation_mode") == "none" else ""
     lines = [
         f"config_echo: {'PASS' if echo['passed'] else 'FAIL'}" + (f" ({echo['reason']})" if echo.get("reason") else ""),
-        f"lossless:    {'PASS' if lossless['passed'] else 'FAIL'} exact-match rate "
-        f"{lossless['exact_match_rate']}, first divergence {lossless['first_divergence']}"
+        f"lossless:    {'PASS' if lossless['passed'] else 'FAIL'} {lossless['verdict']}: exact-match rate "
+        f"{lossless['exact_match_rate']}, first divergence {lossless['first_divergence']}, deterministic inference "
+        f"server={det.get('server')} reference={det.get('reference')}; {_log_text(lossless['server_log'])}"
         + (f" ({lossless['reason']})" if lossless.get("reason") else ""),
         f"coding:      {'PASS' if coding['passed'] else 'FAIL'} {coding['pass_count']}/{coding['total']} "
-        f"{json.dumps({k: v for k, v in coding['counts'].items() if v})} isolation: {coding['isolation']}"
+        f"{json.dumps({k: v for k, v in coding['counts'].items() if v})}"
         + (f" ({coding['reason']})" if coding.get("reason") else ""),
+        f"sandbox:     {coding['isolation_mode']}{unisolated}: {coding['isolation']}",
         f"gates:       {'PASS' if result['passed'] else 'FAIL'}",
     ]
     return "\n".join(lines)
+
+
+def _scan_log(result: dict[str, Any], path: Path | None) -> None:
+    if path is None:
+        return
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError as exc:
+        lines = [f"(journal unavailable: {exc})"]
+    serverlog.apply(result["lossless"], serverlog.scan(lines, source=str(path)))
+    result["passed"] = bool(result["passed"] and result["lossless"]["passed"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,20 +116,32 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gates: {exc}", file=sys.stderr)
         return int(ExitCode.USAGE)
     try:
+        mode = require_isolation(allow_unisolated=args.allow_unisolated)
+        print(f"gates: coding sandbox mode {mode}", file=sys.stderr)
         result = asyncio.run(run_gates(
             endpoint, expected, reference, coding_max_tokens=args.max_tokens,
             min_coding_pass_rate=args.min_coding_pass_rate, lossless_max_new_tokens=args.lossless_tokens,
+            allow_unisolated=args.allow_unisolated,
         ))
+    except IsolationUnavailable as exc:
+        print(f"gates: {exc}", file=sys.stderr)
+        return int(ExitCode.NO_SANDBOX)
     except KeyboardInterrupt:
         print("gates: interrupted", file=sys.stderr)
         return int(ExitCode.INTERRUPTED)
+    _scan_log(result, args.server_log)
     if args.write_reference is not None:
         lossless = result["lossless"]
-        source = f"{endpoint.base_url} {expected.label}"
-        write_json_atomic(args.write_reference, make_reference(
-            lossless["output_ids"], max_new_tokens=lossless["max_new_tokens"], source=source,
-        ))
+        if lossless["verdict"] == "reference":
+            write_json_atomic(args.write_reference, make_reference(
+                lossless["output_ids"], max_new_tokens=lossless["max_new_tokens"],
+                source=f"{endpoint.base_url} {expected.label}",
+                deterministic=lossless["deterministic"]["server"] is True,
+            ))
+        else:
+            print(f"gates: {args.write_reference} not written: a reference comes from the baseline's passing "
+                  f"lossless run, this one is {lossless['verdict']}", file=sys.stderr)
     if args.out is not None:
         write_json_atomic(args.out, result)
-    print(_summary(result))
+    print(summary(result))
     return int(ExitCode.OK if result["passed"] else ExitCode.FAILURE)

@@ -5,6 +5,11 @@ Each problem's prompt is sent as the last user message (temperature 0,
 block of the FINAL answer (never a draft from the reasoning); it runs in the
 sandbox against the hidden tests and every answer gets one class: pass,
 wrong_answer, exception, timeout, truncated or no_code.
+
+The gate judges only in an isolating sandbox mode (bubblewrap or namespaces):
+without one it raises ``IsolationUnavailable`` before the first request, naming
+what is missing, unless ``allow_unisolated`` is given. The mode that judged is
+in the result (``isolation_mode``, with ``isolation`` describing it).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import aiohttp
 
 from repro_py.codeeval.problems import Problem, load_problems
 from repro_py.codeeval.runner import VERDICTS, judge
-from repro_py.codeeval.sandbox import SandboxLimits, isolation_in_force
+from repro_py.codeeval.sandbox import SandboxLimits, isolation_in_force, require_isolation
 from repro_py.endpoint import Endpoint
 
 DEFAULT_MAX_TOKENS = 1024
@@ -73,8 +78,13 @@ async def run_coding(
     limits: SandboxLimits | None = None,
     concurrency: int = 4,
     timeout_s: float = 900.0,
+    allow_unisolated: bool = False,
 ) -> dict[str, Any]:
-    """Ask every problem, judge every answer; ``passed`` iff pass rate >= ``min_pass_rate`` and no request failed."""
+    """Ask every problem, judge every answer; ``passed`` iff pass rate >= ``min_pass_rate`` and no request failed.
+
+    Raises ``IsolationUnavailable`` (before any request) when no isolating sandbox works here and
+    ``allow_unisolated`` is false."""
+    mode = await asyncio.to_thread(require_isolation, allow_unisolated=allow_unisolated)
     problems = problems if problems is not None else load_problems()
     gate = asyncio.Semaphore(concurrency)
 
@@ -85,7 +95,7 @@ async def run_coding(
             return {"id": problem.id, "verdict": "error", "detail": answer["error"], "finish_reason": None}
         judgement = await asyncio.to_thread(
             judge, problem, content=answer["content"], reasoning=answer["reasoning"],
-            finish_reason=answer["finish_reason"], limits=limits,
+            finish_reason=answer["finish_reason"], limits=limits, isolation=mode,
         )
         row: dict[str, Any] = {"id": problem.id, **judgement.as_dict()}
         row["completion_tokens"] = answer["completion_tokens"]
@@ -112,7 +122,9 @@ async def run_coding(
         "min_pass_rate": min_pass_rate,
         "max_tokens": max_tokens,
         "counts": {v: counts.get(v, 0) for v in (*VERDICTS, "error")},
-        "isolation": isolation_in_force(),
+        "isolation_mode": mode,
+        "isolation": isolation_in_force(mode),
+        "unisolated_allowed": allow_unisolated,
         "problems": list(rows),
         "reason": reason,
     }

@@ -4,6 +4,11 @@
 ``acceptance_vs_budget.png`` acceptance length vs DDTree budget (one line per top-K; DFlash as reference lines)
 ``pareto.png``               single-stream vs aggregate tok/s, the Pareto front of gate-passing configs
 
+Every title names the sampling setting its figures were measured at
+(``sampling T=0.7, top_p=0.95``); a run measured at several settings gets one
+set of plots per setting (``tps_vs_concurrency-temp0.7-topp0.95.png``), so
+figures of two settings never share a plot.
+
 A simulated run carries SIMULATED and its sim-speed factor in every title
 (``SIMULATED, sim-speed x10: figures are model outputs x10``), in the PNG
 ``Title`` metadata and in a watermark. When the results come from several
@@ -28,8 +33,14 @@ from repro_py.simmark import SIM_MARK, sim_note, speed_text
 
 
 def figure_title(text: str, run: Run) -> str:
-    """The plot's title; a simulated run's gets a second line with the sim-speed note (the tuner's plots too)."""
-    return f"{text}\n{sim_note(run.sim_speeds)}" if run.simulated else text
+    """The plot's title with the sampling setting of its figures; a simulated run's gets a line with the
+    sim-speed note (the tuner's plots use it too)."""
+    settings = run.samplings
+    sampling = f"sampling {settings[0].text}" if len(settings) == 1 else (
+        "MIXED sampling: " + " / ".join(s.text for s in settings)
+    )  # fmt: skip
+    title = f"{text}\n{sampling}"
+    return f"{title}\n{sim_note(run.sim_speeds)}" if run.simulated else title
 
 
 def _watermark(run: Run) -> str:
@@ -219,9 +230,20 @@ def pareto(run: Run, table: Sequence[Mapping[str, Any]], path: Path) -> Path:
     return finish_figure(fig, path, run)
 
 
+PLOTS = ("tps_vs_concurrency", "acceptance_vs_budget", "pareto")
+
+
 def render_all(run: Run, table: Sequence[Mapping[str, Any]], out_dir: Path) -> dict[str, Path]:
-    return {
-        "tps_vs_concurrency": tps_vs_concurrency(run, out_dir / "tps_vs_concurrency.png"),
-        "acceptance_vs_budget": acceptance_vs_budget(run, out_dir / "acceptance_vs_budget.png"),
-        "pareto": pareto(run, table, out_dir / "pareto.png"),
-    }
+    """Every plot, once per sampling setting of the run: ``<plot>.png`` for a run of one setting, else
+    ``<plot><setting's label suffix>.png`` (the greedy setting keeps the plain name)."""
+    out: dict[str, Path] = {}
+    for sampling in run.samplings:
+        part = run.only(sampling) if run.mixed_samplings else run
+        rows = [r for r in table if r.get("sampling") == sampling.text] if run.mixed_samplings else list(table)
+        suffix = sampling.label_suffix if run.mixed_samplings else ""
+        out[f"tps_vs_concurrency{suffix}"] = tps_vs_concurrency(part, out_dir / f"tps_vs_concurrency{suffix}.png")
+        out[f"acceptance_vs_budget{suffix}"] = acceptance_vs_budget(
+            part, out_dir / f"acceptance_vs_budget{suffix}.png"
+        )
+        out[f"pareto{suffix}"] = pareto(part, rows, out_dir / f"pareto{suffix}.png")
+    return out

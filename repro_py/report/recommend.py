@@ -7,7 +7,8 @@ figure wins; when the runner-up is within the measured spread (twice the
 larger coefficient of variation) the note says so, and a noisy winner cell is
 flagged. Configs measured at different simulated speeds (``sim_speed``) are
 not compared: when the eligible configs span several, no winner is picked and
-the note says why.
+the note says why. Neither are configs measured at different sampling settings
+(temperature, top_p): each setting gets its own winners.
 """
 
 from __future__ import annotations
@@ -67,9 +68,12 @@ class Winner:
     eligible: int
     excluded: list[str]
     note: str
+    #: the sampling setting the figures were measured at (``T=0 (greedy), top_p=1``)
+    sampling: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "sampling": self.sampling,
             "objective": self.objective.key,
             "title": self.objective.title,
             "label": self.label,
@@ -139,4 +143,19 @@ def pick(objective: Objective, table: Sequence[Mapping[str, Any]]) -> Winner:
 
 
 def recommend(table: Sequence[Mapping[str, Any]]) -> list[Winner]:
-    return [pick(objective, table) for objective in OBJECTIVES]
+    """The winners per objective, for each sampling setting of the table in turn (greedy first)."""
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for row in table:
+        groups.setdefault(str(row.get("sampling") or ""), []).append(row)
+
+    def order(item: tuple[str, list[Mapping[str, Any]]]) -> tuple[float, float]:
+        first = item[1][0]
+        return (_value(first, "temperature") or 0.0, _value(first, "top_p") or 1.0)
+
+    winners: list[Winner] = []
+    for sampling, rows in sorted(groups.items(), key=order) or [("", [])]:
+        for objective in OBJECTIVES:
+            winner = pick(objective, rows)
+            winner.sampling = sampling
+            winners.append(winner)
+    return winners

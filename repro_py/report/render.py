@@ -15,7 +15,7 @@ from typing import Any
 
 import jinja2
 
-from repro_py import manifest
+from repro_py import manifest, sampling_settings
 from repro_py.atomicio import write_text_atomic
 from repro_py.exitcodes import ExitCode
 from repro_py.report import plots, recommend, tables
@@ -71,7 +71,10 @@ def context(
     failed = [r for r in table if r["status"] != "ok"]
     engines = sorted({str((res.get("engine") or {}).get("version")) for res in run.results} - {"None", ""})
     speeds = run.sim_speeds
-    fingerprints = [{"label": res.get("label"), **(res.get("fingerprint") or {})} for res in run.results]
+    fingerprints = [
+        {"label": res.get("label"), "sampling": sampling_settings.of_result(res).text, **(res.get("fingerprint") or {})}
+        for res in run.results
+    ]
     return {
         "run_id": run.run_id,
         "simulated": run.simulated,
@@ -90,18 +93,39 @@ def context(
         "rows": table,
         "queued": [c for c in tables.cell_rows(run) if c["cell_status"] == "queued"],
         "winners": [w.as_dict() for w in winners],
+        "winner_groups": _winner_groups(winners),
+        "samplings": [s.text for s in run.samplings],
+        "mixed_samplings": run.mixed_samplings,
+        "plot_sets": [
+            {
+                "sampling": s.text,
+                **{name: plot_paths[name + (s.label_suffix if run.mixed_samplings else "")].relative_to(run.path)
+                   .as_posix() for name in plots.PLOTS},
+            }
+            for s in run.samplings
+        ],
         "contexts": run.contexts,
         "concurrency": run.concurrency,
         "engine_versions": engines,
         "fingerprints": fingerprints,
         "plots": {name: path.relative_to(run.path).as_posix() for name, path in plot_paths.items()},
         "refused": run.refused,
+        "sandbox": plan.get("sandbox") or {},
+        "sandboxes": sorted({r["sandbox"] for r in table} - {"-"}),
         "missing": [
             item.get("label")
             for item in plan.get("configs") or []
             if isinstance(item, dict) and item.get("label") not in {r["label"] for r in table}
         ],
     }
+
+
+def _winner_groups(winners: list[recommend.Winner]) -> list[dict[str, Any]]:
+    """The winners per sampling setting, in the order recommend() gave them."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for w in winners:
+        groups.setdefault(w.sampling, []).append(w.as_dict())
+    return [{"sampling": sampling, "winners": items} for sampling, items in groups.items()]
 
 
 def build_report(run_path: Path, *, template_dir: Path = TEMPLATE_DIR) -> dict[str, Path]:

@@ -7,6 +7,11 @@ Objective figures per config (medians over repeats, from the bench cells):
 ``long_context_tps``   aggregate output tok/s at the lowest concurrency, longest context
 ``accept_length``      counter-derived acceptance length at the single-stream cell
 
+Every row carries the sampling setting its benchmark sent (``temperature``,
+``top_p``, ``sampling``: :mod:`repro_py.sampling_settings`); a run whose
+results were measured at several settings is reported per setting
+(:meth:`Run.only`), never pooled.
+
 Also at the single-stream cell: TTFT, the inter-token latency both per chunk
 (gaps between text chunks) and per token (time per output token after the
 first), and the client/engine ratio of mean end-to-end latency (the engine's
@@ -25,6 +30,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from repro_py import sampling_settings
+from repro_py.sampling_settings import Sampling
 from repro_py.simmark import SIM_MARK, distinct_speeds, speed_text
 from repro_py.sweep.result_schema import ConfigResult, ResultError, load_result
 
@@ -38,10 +45,14 @@ CSV_COLUMNS: tuple[str, ...] = (
     "window",
     "block_size",
     "sim_fault",
+    "temperature",
+    "top_p",
     "status",
     "failure_class",
     "failure_reason",
     "gates_passed",
+    "lossless_verdict",
+    "sandbox",
     "single_stream_tps",
     "single_stream_cv",
     "aggregate_tps",
@@ -93,6 +104,21 @@ class Run:
     def mixed_speeds(self) -> bool:
         """True when the results come from more than one sim speed: their figures are not comparable."""
         return len(self.sim_speeds) > 1
+
+    @property
+    def samplings(self) -> list[Sampling]:
+        """The distinct sampling settings the results were measured at (the plan's when there are none yet)."""
+        found = sampling_settings.distinct([sampling_settings.of_result(r) for r in self.results])
+        return found or [sampling_settings.of_result(self.plan)]
+
+    @property
+    def mixed_samplings(self) -> bool:
+        return len(self.samplings) > 1
+
+    def only(self, sampling: Sampling) -> Run:
+        """The same run restricted to the results measured at ``sampling`` (figures of one setting only)."""
+        kept = [r for r in self.results if sampling_settings.of_result(r) == sampling]
+        return dataclasses.replace(self, results=kept)
 
     @property
     def contexts(self) -> list[int]:
@@ -225,6 +251,21 @@ def gates_state(result: Mapping[str, Any]) -> str:
     return "not run" if result.get("status") == "ok" and gates.get("skipped") is True else "FAIL"
 
 
+def gate_details(result: Mapping[str, Any]) -> dict[str, Any]:
+    """The lossless verdict, the coding score and the sandbox mode its candidates were judged in ("-": not run)."""
+    gates = result.get("gates") or {}
+    lossless = gates.get("lossless") if isinstance(gates.get("lossless"), Mapping) else {}
+    coding = gates.get("coding") if isinstance(gates.get("coding"), Mapping) else {}
+    log = (lossless or {}).get("server_log") or {}
+    return {
+        "lossless_verdict": (lossless or {}).get("verdict") or "-",
+        "lossless_reason": (lossless or {}).get("reason"),
+        "server_log": ("clean" if log.get("passed") else "NOT clean") if log.get("scanned") else "not scanned",
+        "coding_score": f"{coding.get('pass_count')}/{coding.get('total')}" if coding else "-",
+        "sandbox": (coding or {}).get("isolation_mode") or "-",
+    }
+
+
 def row(run: Run, result: Mapping[str, Any]) -> dict[str, Any]:
     contexts, conc = run.contexts, run.concurrency
     short = contexts[0] if contexts else None
@@ -250,12 +291,16 @@ def row(run: Run, result: Mapping[str, Any]) -> dict[str, Any]:
         "window": cfg.get("window"),
         "block_size": cfg.get("block_size"),
         "sim_fault": cfg.get("sim_fault"),
+        "temperature": sampling_settings.of_result(result).temperature,
+        "top_p": sampling_settings.of_result(result).top_p,
+        "sampling": sampling_settings.of_result(result).text,
         "status": result.get("status"),
         "failure_class": failure.get("class"),
         "failure_reason": failure.get("reason"),
         "journal": list(failure.get("journal") or []),
         "gates_passed": gates_passed(result),
         "gates_state": gates_state(result),
+        **gate_details(result),
         "single_stream_tps": cell_figure(single, "output_tps"),
         "single_stream_cv": cell_cv(single),
         "aggregate_tps": cell_figure(agg, "output_tps"),
@@ -291,6 +336,7 @@ def cell_rows(run: Run) -> Iterable[dict[str, Any]]:
         for cell in _cells(result):
             yield {
                 "label": result.get("label"),
+                "sampling": sampling_settings.of_result(result).text,
                 "sim_speed": sim_speed(result),
                 "status": result.get("status"),
                 "gates_passed": gates_passed(result),

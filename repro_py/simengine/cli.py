@@ -19,13 +19,15 @@ from repro_py import spec_config
 from repro_py.exitcodes import ExitCode
 from repro_py.simengine.faults import ALLOWED, FaultError, parse_faults
 from repro_py.simengine.perf_model import HOST_SCALE
-from repro_py.simengine.settings import Settings
+from repro_py.simengine.settings import Settings, redact_key_args, redact_keys
 from repro_py.simengine.sglang_choices import (
     ATTENTION_BACKENDS,
     CUDA_GRAPH_BACKENDS,
+    DETERMINISTIC_ATTENTION_BACKENDS,
     KNOWN_ALGORITHMS,
     REASONING_PARSERS,
     TOOL_CALL_PARSERS,
+    deterministic_backend_refusal,
 )
 
 DEFAULT_KV_TOKENS = 400_000  # 64 x (8192 + 512) = 557k does not fit; 64 x (4096 + 512) does
@@ -134,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mem-fraction-static", type=float, default=None)
     p.add_argument("--max-running-requests", type=int, default=None)
     p.add_argument("--attention-backend", choices=ATTENTION_BACKENDS, default=None)
+    p.add_argument("--enable-deterministic-inference", action="store_true", help="Echoed (the engine is deterministic)")
     # 0.5.23 has only the -decode/-prefill spellings; a bare --cuda-graph-max-bs is an
     # ambiguous abbreviation there and argparse refuses it, so it is refused here too.
     p.add_argument("--cuda-graph-max-bs-decode", type=int, default=None)
@@ -294,6 +297,8 @@ def resolve(argv: list[str]) -> Settings:
             raise CliError(f"--{flag.replace('_', '-')} {getattr(ns, flag)}: must be >= 0")
     if ns.sim_kv_tokens < 1:
         raise CliError(f"--sim-kv-tokens {ns.sim_kv_tokens}: must be >= 1")
+    if ns.enable_deterministic_inference and ns.attention_backend not in (None, *DETERMINISTIC_ATTENTION_BACKENDS):
+        raise CliError(deterministic_backend_refusal(ns.attention_backend))
     try:
         faults = parse_faults(ns.sim_fault)
     except FaultError as exc:
@@ -389,7 +394,7 @@ def resolve(argv: list[str]) -> Settings:
         raise CliError(f"--max-running-requests {max_running}: must be >= 1")
 
     served = ns.served_model_name or ns.model_path
-    args = dict(vars(ns))
+    args = redact_key_args(vars(ns))  # the API keys read "<redacted>", as with patch 0012
     args.pop("sim_fault")
     args.update(
         served_model_name=served,
@@ -433,7 +438,7 @@ def resolve(argv: list[str]) -> Settings:
         decode_log_interval=max(1, ns.decode_log_interval),
         include_usage_default=ns.stream_response_default_include_usage,
         warnings=tuple(warnings),
-        launch_command=" ".join(["python", "-m", "repro_py.simengine", *argv]),
+        launch_command=" ".join(["python", "-m", "repro_py.simengine", *redact_keys(argv)]),
     )
 
 

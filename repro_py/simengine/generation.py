@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -11,12 +10,11 @@ from typing import Any
 
 from aiohttp import web
 
-from repro_py.simengine import ddtree_refusals, textgen, tokenizer, validation
+from repro_py.simengine import contract, intake, sampling, textgen, tokenizer, validation
 from repro_py.simengine import openai_shapes as shapes
 from repro_py.simengine.httputil import BadRequest, crash, validated_body
 from repro_py.simengine.httputil import json_response as _json
 from repro_py.simengine.httputil import openai_error as _openai_error
-from repro_py.simengine.httputil import read_json as _read_json
 from repro_py.simengine.scheduler import Request
 from repro_py.simengine.state import EngineState
 
@@ -27,22 +25,17 @@ def add_generation_routes(app: web.Application, state: EngineState) -> Callable[
     """Register the generation routes; return the starter of the warmup request."""
     settings = state.settings
 
-    def start_generation(
-        prompt_key: str,
-        *,
-        max_tokens: int | None,
-        sampling: dict[str, Any],
-        streaming: bool,
-        thinking: bool = True,
-        problem_source: str | None = None,
-        internal: bool = False,
-    ) -> Request:
+    def start_generation(admitted: intake.Admitted, *, internal: bool = False) -> Request:
+        """Hand an admitted request to the scheduler. Only here does it count as a generation request (for
+        ``crash-after:N`` and the request faults): a refused one never reaches this point."""
         fault: str | None = None
+        max_tokens = admitted.max_tokens(settings.context_length)
+        need = admitted.prompt_tokens + max_tokens
+        if not internal and need > settings.kv_tokens:  # the simulated KV cache: sglang's scheduler would abort it
+            raise BadRequest(
+                f"The request needs {need} KV tokens; the KV cache holds max_total_num_tokens={settings.kv_tokens}."
+            )
         if not internal:
-            if settings.tree_mode:  # refused before the scheduler sees it, as the tokenizer does
-                why = ddtree_refusals.refusal(sampling)
-                if why is not None:
-                    raise BadRequest(why)
             faults = settings.faults
             if faults.crash_after is not None and state.generation_requests >= faults.crash_after:
                 crash(
@@ -51,45 +44,26 @@ def add_generation_routes(app: web.Application, state: EngineState) -> Callable[
                 )
             fault = faults.request_fault(state.generation_requests)
             state.generation_requests += 1
-        prompt_tokens = tokenizer.count(prompt_key)
-        if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
-            raise BadRequest(f"max_tokens must be an integer, got {max_tokens!r}.")
-        if max_tokens is None:
-            max_tokens = max(1, settings.context_length - prompt_tokens)
-        if max_tokens < 0:
-            raise BadRequest(f"max_tokens must be at least 0, got {max_tokens}.")
-        if prompt_tokens + max_tokens > settings.context_length:
-            raise BadRequest(
-                f"Requested token count exceeds the model's maximum context length of {settings.context_length} "
-                f"tokens. You requested a total of {prompt_tokens + max_tokens} tokens: {prompt_tokens} tokens from "
-                f"the input messages and {max_tokens} tokens for the completion. Please reduce the number of tokens "
-                "in the input messages or the completion to fit within the limit."
-            )
-        if prompt_tokens + max_tokens > settings.kv_tokens:
-            raise BadRequest(
-                f"The request needs {prompt_tokens + max_tokens} KV tokens; the KV cache holds "
-                f"max_total_num_tokens={settings.kv_tokens}."
-            )
-        temperature = sampling.get("temperature")
-        temperature = ddtree_refusals.DEFAULT_TEMPERATURE if temperature is None else float(temperature)
-        seed = sampling.get("seed")
-        stop = sampling.get("stop")
-        stops = [stop] if isinstance(stop, str) else [str(s) for s in stop] if isinstance(stop, list) else None
+        params = admitted.params
         garble = state.model_cfg.verify_width if settings.mask_offset_active else None
         plan = textgen.plan(
-            prompt_key,
+            admitted.prompt_key,
             model=settings.served_model_name,
             max_tokens=max_tokens,
-            temperature=temperature,
-            seed=int(seed) if isinstance(seed, int) else None,
-            stop=stops,
-            ignore_eos=bool(sampling.get("ignore_eos", False)),
-            thinking=thinking,
+            temperature=admitted.temperature,
+            seed=params.sampling_seed if isinstance(params.sampling_seed, int) else None,
+            stop=params.stop_strs or None,
+            ignore_eos=bool(params.ignore_eos),
+            thinking=admitted.thinking,
             garble_width=garble,
-            problem_source=problem_source,
+            problem_source=admitted.problem_source,
         )
         req = Request(
-            rid=uuid.uuid4().hex, prompt_tokens=prompt_tokens, plan=plan, streaming=streaming, internal=internal
+            rid=uuid.uuid4().hex,
+            prompt_tokens=admitted.prompt_tokens,
+            plan=plan,
+            streaming=admitted.streaming,
+            internal=internal,
         )
         if fault is not None:
             req.fault = fault
@@ -129,21 +103,10 @@ def add_generation_routes(app: web.Application, state: EngineState) -> Callable[
         if isinstance(body, web.Response):
             return body
         try:
-            prompt_key, last_user = shapes.render_chat(body["messages"])
-            kwargs = body.get("chat_template_kwargs") or {}
-            thinking = not (isinstance(kwargs, dict) and kwargs.get("thinking") is False)
-            max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-            streaming = bool(body.get("stream", False))
-            req = start_generation(
-                prompt_key,
-                max_tokens=max_tokens,
-                sampling=body,
-                streaming=streaming,
-                thinking=thinking,
-                problem_source=last_user,
-            )
+            req = start_generation(intake.chat(settings, body))
         except BadRequest as exc:
             return _openai_error(str(exc))
+        streaming = req.streaming
         model = body.get("model") or "default"
         rid = str(body.get("rid") or req.rid)
         created = int(time.time())
@@ -247,16 +210,11 @@ def add_generation_routes(app: web.Application, state: EngineState) -> Callable[
         body = await validated_body(request, validation.COMPLETIONS_PATH)
         if isinstance(body, web.Response):
             return body
-        prompt = body["prompt"]
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-            prompt = prompt[0]
-        if not isinstance(prompt, str):
-            prompt = json.dumps(prompt)
-        streaming = bool(body.get("stream", False))
         try:
-            req = start_generation(prompt, max_tokens=body.get("max_tokens", 16), sampling=body, streaming=streaming)
+            req = start_generation(intake.completion(settings, body))
         except BadRequest as exc:
             return _openai_error(str(exc))
+        streaming = req.streaming
         model = body.get("model") or "default"
         created = int(time.time())
         if not streaming:
@@ -368,27 +326,19 @@ def add_generation_routes(app: web.Application, state: EngineState) -> Callable[
         return meta
 
     async def generate(request: web.Request) -> web.StreamResponse:
-        body = await _read_json(request)
+        body = await validated_body(request, validation.GENERATE_PATH, content_type=False)
         if isinstance(body, web.Response):
             return body
-        text = body.get("text")
-        if text is None and isinstance(body.get("input_ids"), list):
-            text = " ".join(str(i) for i in body["input_ids"])
-        if not isinstance(text, str):
-            return _json({"error": {"message": "text (a string) or input_ids is required"}}, 400)
-        sampling = body.get("sampling_params") or {}
-        if not isinstance(sampling, dict):
-            return _json({"error": {"message": "sampling_params must be an object"}}, 400)
-        streaming = bool(body.get("stream", False))
-        sp = dict(sampling)
-        if "sampling_seed" in sp:
-            sp["seed"] = sp["sampling_seed"]
+        violation = contract.generate_contract_error(body)
+        if violation is not None:
+            return _json({"error": violation}, 400)
         try:
-            req = start_generation(
-                text, max_tokens=sampling.get("max_new_tokens", 128), sampling=sp, streaming=streaming
-            )
+            req = start_generation(intake.generate(settings, body))
         except BadRequest as exc:
+            if body.get("stream"):  # sglang's stream_results: the error as an event of a 200 stream
+                return await shapes.sse_error_stream(request, str(exc))
             return _json({"error": {"message": str(exc)}}, 400)
+        streaming = req.streaming
         if body.get("rid"):
             req.rid = str(body["rid"])
         if not streaming:
@@ -419,9 +369,9 @@ def add_generation_routes(app: web.Application, state: EngineState) -> Callable[
     r.add_post("/v1/completions", completions)
     r.add_post("/generate", generate)
     r.add_put("/generate", generate)
-    return lambda: start_generation(
-        WARMUP_PROMPT, max_tokens=8, sampling={"temperature": 0}, streaming=False, internal=True
-    )
+    warmup_params = sampling.SamplingParams.build({"temperature": 0, "max_new_tokens": 8})
+    warmup = intake.Admitted(WARMUP_PROMPT, tokenizer.count(WARMUP_PROMPT), warmup_params, streaming=False)
+    return lambda: start_generation(warmup, internal=True)
 
 
 async def wait_warmup(req: Request) -> None:

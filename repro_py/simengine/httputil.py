@@ -27,8 +27,9 @@ def openai_error(message: str, status: int = 400, err_type: str = "BadRequestErr
     )
 
 
-async def read_json(request: web.Request) -> dict[str, Any] | web.Response:
-    """The JSON object body, or FastAPI's 400 for a body that is not JSON (``json_invalid``)."""
+async def read_json(request: web.Request, where: str = "", route: str | None = None) -> dict[str, Any] | web.Response:
+    """The JSON object body, or FastAPI's 400 for a body that is not JSON (``json_invalid``) or not an object;
+    ``where`` is the route's part of the message (``validation.endpoint``), ``route`` its path."""
     raw = await request.read()
     try:
         body = json.loads(raw or b"null")
@@ -37,37 +38,50 @@ async def read_json(request: web.Request) -> dict[str, Any] | web.Response:
         msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
         return validation_error(
             [{"type": "json_invalid", "loc": ("body", pos), "msg": "JSON decode error", "input": {},
-              "ctx": {"error": msg}}]
-        )
+              "ctx": {"error": msg}}], where,
+        )  # fmt: skip
     if not isinstance(body, dict):
+        if route == validation.CHAT_PATH:
+            # ChatCompletionRequest.set_tool_choice_default runs ``values.get(...)`` before any type check: a
+            # JSON array or scalar raises AttributeError there, which FastAPI answers as an unhandled error
+            return web.Response(status=500, text="Internal Server Error", content_type="text/plain")
+        if route == validation.GENERATE_PATH:
+            return validation_error(
+                [{"type": "dataclass_type", "loc": ("body",),
+                  "msg": "Input should be a dictionary or an instance of GenerateReqInput", "input": body,
+                  "ctx": {"class_name": "GenerateReqInput"}}], where,
+            )  # fmt: skip
         return validation_error(
             [{"type": "model_attributes_type", "loc": ("body",),
-              "msg": "Input should be a valid dictionary or object to extract fields from", "input": body}]
-        )
+              "msg": "Input should be a valid dictionary or object to extract fields from", "input": body}], where,
+        )  # fmt: skip
     return body
 
 
-def validation_error(errors: list[dict[str, Any]]) -> web.Response:
+def validation_error(errors: list[dict[str, Any]], where: str = "") -> web.Response:
     """sglang's answer to a refused request body: 400 ``ErrorResponse``, type ``Bad Request``."""
-    return json_response(validation.error_body(errors), 400)
+    return json_response(validation.error_body(errors, where), 400)
 
 
-async def validated_body(request: web.Request, path: str) -> dict[str, Any] | web.Response:
-    """Content type, JSON and the request model's field types checked as sglang's FastAPI layer does;
-    the body comes back with numeric strings and the like coerced as pydantic would."""
-    media = request.headers.get("Content-Type", "").lower().split(";", 1)[0].strip()
-    if media != "application/json":
-        return validation_error(
-            [{"loc": ["header", "content-type"], "msg": "Unsupported Media Type: Only 'application/json' is allowed",
-              "type": "value_error"}]
-        )
-    body = await read_json(request)
+async def validated_body(
+    request: web.Request, path: str, *, content_type: bool = True
+) -> dict[str, Any] | web.Response:
+    """Content type (the OpenAI routes' ``validate_json_request`` dependency), JSON and the request model's
+    field types, checked as sglang's FastAPI layer does; an OpenAI body comes back with numeric strings and
+    the like coerced as pydantic would (a ``/generate`` one as sent: its API contract checks the raw JSON)."""
+    if content_type:
+        media = request.headers.get("Content-Type", "").lower().split(";", 1)[0].strip()
+        if media != "application/json":
+            unsupported = "Unsupported Media Type: Only 'application/json' is allowed"
+            return validation_error([{"loc": ["header", "content-type"], "msg": unsupported, "type": "value_error"}])
+    where = validation.endpoint(path, request.method)
+    body = await read_json(request, where, path)
     if isinstance(body, web.Response):
         return body
     errors = validation.validate(path, body)
     if errors:
-        return validation_error(errors)
-    return validation.coerce(path, body)
+        return validation_error(errors, where)
+    return body if path == validation.GENERATE_PATH else validation.coerce(path, body)
 
 
 def crash(reason: str) -> None:

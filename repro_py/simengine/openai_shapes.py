@@ -69,6 +69,17 @@ async def sse_start(request: web.Request) -> web.StreamResponse:
     return resp
 
 
+async def sse_error_stream(request: web.Request, message: str) -> web.StreamResponse:
+    """``/generate``'s answer to a streamed request the tokenizer manager refused: a 200 stream holding
+    sglang's error event (``stream_results``, orjson's compact JSON) and ``[DONE]``."""
+    resp = await sse_start(request)
+    event = {"error": {"message": message, "type": "invalid_request_error", "code": 400, "retryable": False}}
+    await send(resp, json.dumps(event, separators=(",", ":"), ensure_ascii=False).encode())
+    await send(resp, b"[DONE]")
+    await resp.write_eof()
+    return resp
+
+
 async def send(resp: web.StreamResponse, data: Any) -> None:
     await resp.write(b"data: " + (data if isinstance(data, bytes) else json.dumps(data).encode()) + b"\n\n")
 

@@ -19,13 +19,11 @@ What it records, and from where:
                       (``observability/metrics_collector.py``, read as source: name, type,
                       documentation, label names, buckets, multiprocess mode, and the
                       condition it is registered under), plus the base label sets
-``protocol``          fields of ``ErrorResponse``, ``UsageInfo``, ``StreamOptions``, and the
-                      verdict of sglang's own pydantic request models on a list of bad
-                      request bodies (status 400 and the error list FastAPI reports)
-
-The protocol models import ``openai`` (pinned by the wheel to 2.8.0); it is
-installed on first use into ``.cache/sglang-protocol-deps`` (git-ignored),
-never into the venv itself.
+``protocol``          fields of ``ErrorResponse``, ``UsageInfo``, ``StreamOptions`` and the
+                      request models, union member tags, the routes' lines, the ``/generate``
+                      contract, and sglang's own verdict (status and error body, from
+                      ``sglang_oracle``) on every body of ``refgen_cases.REQUEST_CASES``
+                      (``refgen_protocol``)
 """
 
 from __future__ import annotations
@@ -43,12 +41,10 @@ from pathlib import Path
 from typing import Any
 
 from repro_py.atomicio import write_text_atomic
-from repro_py.simengine.refgen_cases import BAD_REQUESTS
+from repro_py.simengine import refgen_protocol
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DATA_FILE = Path(__file__).with_name("sglang_reference.json")
-PROTOCOL_DEPS = REPO_ROOT / ".cache" / "sglang-protocol-deps"
-OPENAI_PIN = "openai==2.8.0"  # sglang 0.5.23's METADATA: Requires-Dist: openai==2.8.0
 MINIMAL_ARGV = ["--model-path", "/models/target", "--device", "cuda"]
 METRIC_KINDS = {"Counter": "counter", "Gauge": "gauge", "Histogram": "histogram", "Summary": "summary",
                 "GaugeHistogram": "gauge"}
@@ -241,33 +237,6 @@ if sys.argv[1:]:
 print(json.dumps(out))
 """
 
-_PROTOCOL_PROBE = r"""
-import copy, json, sys, typing
-from pydantic import ValidationError
-from sglang.srt.entrypoints.openai import protocol as P
-models = {"/v1/chat/completions": P.ChatCompletionRequest, "/v1/completions": P.CompletionRequest}
-cases = []
-for path, body in json.loads(sys.argv[1]):
-    try:
-        models[path].model_validate(copy.deepcopy(body))
-        cases.append({"path": path, "body": body, "status": 200, "errors": []})
-    except ValidationError as exc:
-        errs = [{"type": e["type"], "loc": ["body", *e["loc"]], "msg": e["msg"]} for e in exc.errors()]
-        cases.append({"path": path, "body": body, "status": 400, "errors": errs})
-print(json.dumps({
-    "error_response_fields": list(P.ErrorResponse.model_fields),
-    "usage_fields": list(P.UsageInfo.model_fields),
-    "stream_options_fields": list(P.StreamOptions.model_fields),
-    "request_fields": {path: list(model.model_fields) for path, model in models.items()},
-    "request_nullable": {
-        path: [name for name, f in model.model_fields.items() if type(None) in typing.get_args(f.annotation)]
-        for path, model in models.items()
-    },
-    "bad_requests": cases,
-}))
-"""
-
-
 def _run_probe(code: str, args: list[str], pythonpath: list[Path]) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     if pythonpath:
@@ -288,17 +257,6 @@ def _series() -> Any:
     return series
 
 
-def _protocol_deps() -> Path:
-    if not (PROTOCOL_DEPS / "openai").is_dir():
-        PROTOCOL_DEPS.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--target",
-             str(PROTOCOL_DEPS), OPENAI_PIN],
-            check=True, timeout=900,
-        )
-    return PROTOCOL_DEPS
-
-
 def generate() -> dict[str, Any]:
     series = _series()
     wheel = Path(series.fetch_wheel())
@@ -309,7 +267,7 @@ def generate() -> dict[str, Any]:
         patched = _run_probe(_ARGS_PROBE, [json.dumps(MINIMAL_ARGV)], [tree])
         if Path(patched["file"]).resolve().parents[1] != tree.resolve():
             raise SystemExit(f"refgen: sglang imported from {patched['file']}, not the patched tree {tree}")
-        protocol = _run_probe(_PROTOCOL_PROBE, [json.dumps(BAD_REQUESTS)], [tree, _protocol_deps()])
+        protocol = refgen_protocol.generate(tree)
         missing = [
             f"{key}: {path} lacks {needle!r}"
             for key, path, needle in SERVER_INFO_KEYS

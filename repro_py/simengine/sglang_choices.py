@@ -30,6 +30,18 @@ ATTENTION_BACKENDS = (
     "ascend",
     "intel_xpu",
 )
+# sglang 0.5.23 arg_groups/choices.py DETERMINISTIC_ATTENTION_BACKEND_CHOICES: the backends
+# --enable-deterministic-inference accepts (arg_groups/overrides.py _deterministic_attention_backend)
+DETERMINISTIC_ATTENTION_BACKENDS = ("ascend", "fa3", "fa4", "flashinfer", "intel_xpu", "triton")
+
+
+def deterministic_backend_refusal(backend: str) -> str:
+    """sglang 0.5.23's own words refusing ``--enable-deterministic-inference`` with ``backend``."""
+    return (
+        f"Currently only {list(DETERMINISTIC_ATTENTION_BACKENDS)} attention backends are supported for "
+        f"deterministic inference, but you explicitly specified '{backend}'."
+    )
+
 # sglang 0.5.23 parser/reasoning_parser_names.py (plus "auto")
 REASONING_PARSERS = (
     "auto",

@@ -96,5 +96,42 @@ def nullable_fields(path: str) -> frozenset[str]:
     return frozenset(load()["protocol"]["request_nullable"][path])
 
 
-def bad_requests() -> list[dict[str, Any]]:
-    return list(load()["protocol"]["bad_requests"])
+def union_tags(name: str) -> list[str]:
+    """pydantic's tags for the members of a union field, in the order it reports their errors
+    (``message``, ``content``, ``<path>.stop``, ``/v1/completions.prompt``, ``/generate.text`` ...)."""
+    return list(load()["protocol"]["unions"][name])
+
+
+def generic_roles() -> tuple[str, ...]:
+    """The roles of sglang's ChatCompletionMessageGenericParam (every role but ``user``)."""
+    return tuple(load()["protocol"]["generic_roles"])
+
+
+def media_part_types() -> tuple[str, ...]:
+    """The content-part types sglang's serving layer refuses for a text-only model (``_MEDIA_CONTENT_PART_TYPES``)."""
+    return tuple(load()["protocol"]["media_part_types"])
+
+
+def http_server_file() -> str:
+    """sglang's ``http_server.py``, relative to site-packages."""
+    return str(load()["protocol"]["http_server"])
+
+
+def endpoint(path: str) -> dict[str, Any]:
+    """The route function FastAPI names in a validation message for ``path``: ``function`` and ``line``."""
+    return dict(load()["protocol"]["endpoints"][path])
+
+
+def contract() -> dict[str, Any]:
+    """The ``/generate`` API contract's decoders (``sglang/api/v1/api_types.py``): ``[key, expression]`` lists."""
+    return dict(load()["protocol"]["contract"])
+
+
+def request_cases() -> list[dict[str, Any]]:
+    """Every request body of ``refgen_cases`` with sglang's verdict on it (``expect``: status, body)."""
+    return list(load()["protocol"]["cases"])
+
+
+def parity_model() -> dict[str, int]:
+    """The simulated model the verdicts were taken for (vocabulary size, context length)."""
+    return dict(load()["protocol"]["parity_model"])

@@ -5,8 +5,9 @@ Exit codes (:class:`repro_py.exitcodes.ExitCode`): 0 the sweep ran to the end
 ran but restoring the default config failed; 2 bad command line, an
 invalid plan or an inventory value that cannot be resolved (nothing was
 restarted); 3 the host is leased to another sweep or deploy, or the plays
-cannot become root (sudo wants a password; nothing was restarted); 130
-interrupted (resumable).
+cannot become root (sudo wants a password; nothing was restarted); 4 no
+isolating sandbox for the coding gate and no ``--allow-unisolated`` (nothing
+was restarted); 130 interrupted (resumable).
 """
 
 from __future__ import annotations
@@ -28,11 +29,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from repro_py import manifest
+from repro_py import manifest, sampling_settings
 from repro_py.atomicio import write_json_atomic
+from repro_py.codeeval.sandbox import IsolationUnavailable
 from repro_py.endpoint import Endpoint
 from repro_py.exitcodes import ExitCode
 from repro_py.report.render import build_report
+from repro_py.sampling_settings import Sampling
 from repro_py.simengine.testing import free_port
 from repro_py.sweep import extravars, state
 from repro_py.sweep import inventory as inventorymod
@@ -44,7 +47,7 @@ from repro_py.sweep.inventory import Target, source_args, target_from_args
 from repro_py.sweep.lease import TAKEOVER_FLAG, HostLease
 from repro_py.sweep.lease import take as take_lease
 from repro_py.sweep.localproc import LocalProcessReconfigurer
-from repro_py.sweep.measure import BundleMeasure
+from repro_py.sweep.measure import BundleMeasure, coding_sandbox
 from repro_py.sweep.plan import Plan, make_plan
 from repro_py.sweep.reconfigure import AnsibleReconfigurer
 from repro_py.sweep.runner import SweepOptions, SweepRunner
@@ -85,6 +88,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bench-concurrency", nargs="+", metavar="N", help="concurrency levels, e.g. 1 8 32")
     p.add_argument("--repeats", type=int, help="repeats per cell (default 3)")
     p.add_argument("--max-tokens", type=int, help="max output tokens per request (default 512)")
+    p.add_argument(
+        "--temperature", type=float,
+        help="sampling temperature of every benchmark request, >= 0, for grid entries that name none "
+        "(default 0: greedy; see docs/sweep.md)",
+    )  # fmt: skip
+    p.add_argument(
+        "--top-p", type=float, help="top_p of every benchmark request, in (0, 1], for grid entries that name none "
+        "(default 1)",
+    )  # fmt: skip
     p.add_argument("--limit-hosts", metavar="HOST", help="the inventory host (or group) to sweep when it has several")
     p.add_argument(
         "--reconfigurer",
@@ -103,6 +115,12 @@ def build_parser() -> argparse.ArgumentParser:
         "the config's own keys cannot be set this way",
     )
     p.add_argument("--no-report", action="store_true", help="skip summary/plots/manifest at the end")
+    p.add_argument(
+        "--allow-unisolated",
+        action="store_true",
+        help="judge the coding gate's candidates even when no isolating sandbox (bubblewrap, namespaces) works "
+        "on this controller (mode none: the candidate reads the controller's files); the mode is in every result",
+    )
     p.add_argument(
         TAKEOVER_FLAG,
         action="store_true",
@@ -174,12 +192,31 @@ def _bench_plan(args: argparse.Namespace, stored: dict[str, Any] | None, target:
     return BenchPlan(contexts=contexts, concurrency=concurrency, repeats=repeats, max_tokens=max_tokens)
 
 
+def run_sampling(args: argparse.Namespace, stored: dict[str, Any] | None) -> Sampling:
+    """The run's sampling setting: the flags, else the resumed run's, else greedy. A resumed run keeps its
+    setting: other flags would relabel its configs and leave its results beside others (a new run for that)."""
+    try:
+        given = sampling_settings.parse(args.temperature, args.top_p)
+    except sampling_settings.SamplingError as exc:
+        raise PlanError([f"--temperature/--top-p: {p}" for p in exc.problems]) from exc
+    if stored is None:
+        return given
+    recorded = sampling_settings.of_result(stored)  # plan.json carries "sampling" as a result does
+    flags = args.temperature is not None or args.top_p is not None
+    if flags and given != recorded:
+        raise PlanError([
+            f"--resume: run {stored.get('run_id')} measures at {recorded.text}; --temperature/--top-p give "
+            f"{given.text} (start a new run for another sampling setting)"
+        ])  # fmt: skip
+    return recorded
+
+
 def print_plan(console: Console, plan: Plan, run_id: str) -> None:
     title = f"sweep plan {run_id}: {len(plan.configs)} configs on {plan.target.host} ({plan.target.endpoint.base_url})"
     if plan.simulated:
         title = "SIMULATED " + title
     table = Table(title=title)
-    for col in ("#", "label", "algorithm", "budget", "topk", "window", "block", "sim_fault"):
+    for col in ("#", "label", "algorithm", "budget", "topk", "window", "block", "sim_fault", "sampling"):
         table.add_column(col)
     for index, cfg in enumerate(plan.configs, start=1):
         s = cfg.spec
@@ -189,6 +226,7 @@ def print_plan(console: Console, plan: Plan, run_id: str) -> None:
             s.algorithm,
             *("-" if v is None else str(v) for v in (s.budget, s.topk, s.window, s.block_size)),
             cfg.sim_fault or "",
+            cfg.sampling.text,
         )
     console.print(table)
     est = plan.estimate
@@ -204,8 +242,26 @@ def print_plan(console: Console, plan: Plan, run_id: str) -> None:
         f"plus restoring the default config)"
     )
     console.print(f"estimate basis: {estimate_basis(est)}")
+    console.print(f"sampling of every benchmark request: {plan.sampling.text} (an entry's own setting wins)")
     if plan.default_config is not None:
         console.print(f"default config restored at the end: {plan.default_config.label}")
+
+
+
+def refuse_unisolated(console: Console, exc: IsolationUnavailable) -> int:
+    console.print("[red]the run was refused; nothing was restarted:[/]")
+    console.print(f"  - {exc}", markup=False, highlight=False)
+    return int(ExitCode.NO_SANDBOX)
+
+
+def print_gates(console: Console, sandbox: dict[str, Any], plan: Plan) -> None:
+    """How the gates will judge: the coding sandbox, the lossless oracle and whether it has a baseline."""
+    warn = " [red](UNISOLATED, allowed by --allow-unisolated)[/]" if sandbox["mode"] == "none" else ""
+    console.print(f"coding sandbox: {sandbox['mode']}{warn}: {escape(sandbox['description'])}")
+    console.print("lossless gate: every measured config runs with --enable-deterministic-inference and is compared "
+                  "with the baseline's outputs")
+    if not any(cfg.spec.algorithm == "none" for cfg in plan.configs):
+        console.print("[yellow]no baseline (algorithm: none) in the grid: the lossless gate will judge no config[/]")
 
 
 def default_run_id(target: Target) -> str:
@@ -235,6 +291,24 @@ def local_reconfigurer(target: Target) -> tuple[Target, LocalProcessReconfigurer
     return local, reconfigurer
 
 
+def resume_command(
+    inventory: str,
+    run_id: str,
+    *,
+    tool: str = "repro_py.sweep",
+    results: Path | None = None,
+    sources: Sequence[str] = (),
+    options: Sequence[str] = (),
+) -> str:
+    """The command that resumes a run: the inventory and its ``sources`` (``-i`` layers, vault options),
+    ``--results`` when the run is not under the default ``results/``, then ``options`` (the run's own settings
+    a resume must keep, e.g. ``--reconfigurer local``)."""
+    command = f"python -m {tool} {shlex.join([str(inventory), *sources])} --resume --run-id {shlex.quote(run_id)}"
+    if results is not None and results != Path("results"):
+        command += f" --results {shlex.quote(str(results))}"
+    return " ".join([command, *(shlex.quote(o) for o in options)])
+
+
 def print_resume(
     console: Console,
     what: str,
@@ -244,13 +318,12 @@ def print_resume(
     tool: str = "repro_py.sweep",
     results: Path | None = None,
     sources: Sequence[str] = (),
+    options: Sequence[str] = (),
 ) -> None:
-    """Say what happened, then the resume command on a line of its own, never wrapped or marked up (copy-paste);
-    ``--results`` is in it when the run is not under the default ``results/``."""
+    """Say what happened, then the resume command (:func:`resume_command`) on a line of its own, never
+    wrapped or marked up (copy-paste)."""
     console.print(f"[yellow]{what}; resume with:[/]", highlight=False)
-    command = f"python -m {tool} {shlex.join([str(inventory), *sources])} --resume --run-id {shlex.quote(run_id)}"
-    if results is not None and results != Path("results"):
-        command += f" --results {shlex.quote(str(results))}"
+    command = resume_command(inventory, run_id, tool=tool, results=results, sources=sources, options=options)
     console.print(command, soft_wrap=True, markup=False, highlight=False)
 
 
@@ -297,15 +370,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             extra_vars = dict(stored["extra_vars"])
         if args.reconfigurer == "local" and not target.simulated:
             raise PlanError(["--reconfigurer local runs the simulated engine; this inventory's engine is real"])
-        plan = make_plan(target, raws, grid_source=source, bench=bench, results_root=results_root)
+        plan = make_plan(
+            target, raws, grid_source=source, bench=bench, results_root=results_root,
+            sampling=run_sampling(args, stored),
+        )  # fmt: skip
     except PlanError as exc:
         console.print("[red]the plan was refused; nothing was restarted:[/]")
         for problem in exc.problems:
             console.print(f"  - {problem}", markup=False, highlight=False)
         return ExitCode.USAGE
 
+    try:
+        sandbox = coding_sandbox(allow_unisolated=args.allow_unisolated)
+    except IsolationUnavailable as exc:
+        return refuse_unisolated(console, exc)
     run_id = run_dir.run_id if run_dir else (args.run_id or default_run_id(target))
     print_plan(out, plan, run_id)
+    print_gates(out, sandbox, plan)
     if args.dry_run:
         return ExitCode.OK
 
@@ -336,12 +417,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         plan_doc = plan.as_dict(run_id)
         plan_doc["extra_vars"] = extra_vars
         plan_doc["reconfigurer"] = args.reconfigurer
+        plan_doc["sandbox"] = sandbox
         write_json_atomic(run_dir.plan, plan_doc)
         runner = SweepRunner(
             plan,
             run_dir,
             reconfigurer,
-            BundleMeasure(),
+            BundleMeasure(gates_kwargs={"allow_unisolated": args.allow_unisolated}),
             bundle=bundle,
             options=SweepOptions(restore=not args.no_restore, retry_failed=args.retry_failed),
             console=console,

@@ -3,7 +3,7 @@ entry's ``extra_vars:`` (that config only), checked by the same rules.
 
 Refused: the config's own keys (short keys, ``sim_fault``) and the role variables behind them
 (they would set a config value behind the plan's back), and the variables the sweep sets itself
-(the report path, its host lease).
+(the report path, its host lease, deterministic inference for every config it measures).
 """
 
 from __future__ import annotations
@@ -15,7 +15,12 @@ from repro_py.spec_config import ROLE_VARS, SHORT_KEYS
 SIM_FAULT_KEY = "sim_fault"
 #: A grid entry's key for per-config extra vars.
 GRID_KEY = "extra_vars"
-SET_BY_SWEEP = frozenset({"sglang_service_report_path", "sglang_service_lease_id", "sglang_service_lease_holder"})
+#: The losslessness gate's oracle needs deterministic inference on the baseline and on every config under test:
+#: the sweep turns it on for each config it measures (not for the final restore, which keeps the inventory's).
+DETERMINISTIC_VAR = "sglang_service_deterministic_inference"
+SET_BY_SWEEP = frozenset({
+    "sglang_service_report_path", "sglang_service_lease_id", "sglang_service_lease_holder", DETERMINISTIC_VAR,
+})
 _RESERVED_SHORT = frozenset({*SHORT_KEYS, SIM_FAULT_KEY, GRID_KEY})
 #: The role variables behind the config's keys.
 _RESERVED_LONG = {**{var: key for key, var in ROLE_VARS.items()}, "sglang_service_sim_faults": SIM_FAULT_KEY}

@@ -13,6 +13,13 @@ rules the roles' preflight uses) before anything runs; one invalid config
 refuses the whole plan, each invalid config listed with its message.
 ``sim_fault`` (fault injection) is accepted only when the inventory's
 engine is the simulated one.
+
+``temperature`` and ``top_p`` (:mod:`repro_py.sampling_settings`) are the
+sampling settings the benchmark sends with every request of that entry; an
+entry without them takes the run's (``--temperature``/``--top-p``, default
+greedy). They are measurement settings, not engine settings: never passed to
+the play (the restart is the same), but part of the label and config digest
+when not the default.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from pathlib import Path
 
 import yaml
 
-from repro_py import spec_config
+from repro_py import sampling_settings, spec_config
 from repro_py.simengine.faults import FaultError, parse_faults
 from repro_py.spec_config import SpecConfig, SpecConfigError
 from repro_py.sweep import extravars
@@ -44,16 +51,20 @@ class PlannedConfig:
     sim_fault: str | None = None
     #: the grid entry's own extra vars: passed to this config's play only; not part of the label
     extra_vars: Mapping[str, object] = dataclasses.field(default_factory=dict, hash=False)
+    #: what the benchmark sends with every request (not an engine setting: never in extravars())
+    sampling: sampling_settings.Sampling = dataclasses.field(default_factory=sampling_settings.Sampling)
 
     @property
     def label(self) -> str:
-        return spec_config.run_label(self.spec, self.sim_fault)
+        return spec_config.run_label(self.spec, self.sim_fault) + self.sampling.label_suffix
 
     def short(self) -> dict[str, object]:
-        """The config in short keys (as in results and extra vars)."""
+        """The config in short keys (as in results and extra vars; ``temperature``/``top_p`` only when not
+        the default greedy setting, so the digest of a greedy config is what it always was)."""
         out = self.spec.as_short()
         if self.sim_fault:
             out[SIM_FAULT_KEY] = self.sim_fault
+        out.update(self.sampling.short())
         return out
 
     def extravars(self) -> dict[str, object]:
@@ -77,7 +88,7 @@ class PlannedConfig:
 
     def planned(self) -> dict[str, object]:
         """The config as the plan and its result record it."""
-        out: dict[str, object] = {"label": self.label, "config": self.short()}
+        out: dict[str, object] = {"label": self.label, "config": self.short(), "sampling": self.sampling.as_dict()}
         if self.extra_vars:
             out[extravars.GRID_KEY] = dict(self.extra_vars)
         return out
@@ -158,11 +169,23 @@ def validate_config(
     simulated: bool,
     drafter_block_size: int | None = None,
     allow_block_mismatch: bool = False,
+    sampling: sampling_settings.Sampling | None = None,
 ) -> PlannedConfig:
-    """One raw config -> PlannedConfig, or SpecConfigError with every problem."""
+    """One raw config -> PlannedConfig, or SpecConfigError with every problem. ``sampling``: the run's
+    setting, for an entry that names no ``temperature``/``top_p`` of its own."""
     values = _normalise(raw)
     fault = values.pop(SIM_FAULT_KEY, None)
     problems: list[str] = []
+    run_sampling = sampling or sampling_settings.Sampling()
+    temperature, top_p = values.pop("temperature", None), values.pop("top_p", None)
+    try:
+        entry_sampling = sampling_settings.parse(
+            run_sampling.temperature if temperature is None else temperature,
+            run_sampling.top_p if top_p is None else top_p,
+        )
+    except sampling_settings.SamplingError as exc:
+        problems += exc.problems
+        entry_sampling = run_sampling
     extra: dict[str, object] = {}
     if extravars.GRID_KEY in values:
         extra, problems = extravars.check_mapping(values.pop(extravars.GRID_KEY), extravars.GRID_KEY)
@@ -186,7 +209,10 @@ def validate_config(
         raise SpecConfigError(problems + exc.problems) from exc
     if problems:
         raise SpecConfigError(problems)
-    return PlannedConfig(spec=spec, sim_fault=fault.strip() if isinstance(fault, str) else None, extra_vars=extra)
+    return PlannedConfig(
+        spec=spec, sim_fault=fault.strip() if isinstance(fault, str) else None, extra_vars=extra,
+        sampling=entry_sampling,
+    )  # fmt: skip
 
 
 def describe(raw: Mapping[str, object]) -> str:
@@ -199,6 +225,7 @@ def validate_all(
     simulated: bool,
     drafter_block_size: int | None = None,
     allow_block_mismatch: bool = False,
+    sampling: sampling_settings.Sampling | None = None,
 ) -> list[PlannedConfig]:
     """Validate every config; raise PlanError listing each invalid one (and duplicates)."""
     problems: list[str] = []
@@ -211,6 +238,7 @@ def validate_all(
                 simulated=simulated,
                 drafter_block_size=drafter_block_size,
                 allow_block_mismatch=allow_block_mismatch,
+                sampling=sampling,
             )
         except SpecConfigError as exc:
             problems.append(f"config #{index + 1} ({describe(raw)}): invalid_config: " + "; ".join(exc.problems))

@@ -130,11 +130,15 @@ def load_target(
     )
 
 
-def target_from_args(args: argparse.Namespace, extra_vars: Mapping[str, object] | None = None) -> Target:
-    """The target of a tool's command line (``inventory``, ``layers``, ``limit_hosts``, the vault options)."""
+def target_from_args(
+    args: argparse.Namespace, extra_vars: Mapping[str, object] | None = None, *, limit: str | None = None
+) -> Target:
+    """The target of a tool's command line (``inventory``, ``layers``, ``limit_hosts`` unless ``limit`` is given,
+    the vault options)."""
     return load_target(
-        args.inventory, limit=args.limit_hosts, layers=args.layers, access=access_from_args(args), extra_vars=extra_vars
-    )
+        args.inventory, limit=limit or args.limit_hosts, layers=args.layers, access=access_from_args(args),
+        extra_vars=extra_vars,
+    )  # fmt: skip
 
 
 def source_args(target: Target) -> list[str]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import tempfile
@@ -170,14 +171,17 @@ class LocalProcessReconfigurer:
         self, cfg: PlannedConfig, private_dir: Path, cancel: threading.Event, *, restore: bool = False
     ) -> ReconfigureOutcome:
         with self.lock:
-            return self._reconfigure(cfg, private_dir, cancel)
+            return self._reconfigure(cfg, private_dir, cancel, restore=restore)
 
-    def _reconfigure(self, cfg: PlannedConfig, private_dir: Path, cancel: threading.Event) -> ReconfigureOutcome:
+    def _reconfigure(
+        self, cfg: PlannedConfig, private_dir: Path, cancel: threading.Event, *, restore: bool
+    ) -> ReconfigureOutcome:
         self.calls.append(cfg.label)
         t0 = time.monotonic()
         private_dir.mkdir(parents=True, exist_ok=True)
         self.stop()
-        args = self.engine_args(cfg)
+        # measured configs run deterministic inference, as the Ansible reconfigurer sets it (extravars)
+        args = self.engine_args(cfg) + ([] if restore else ["--enable-deterministic-inference"])
         unit = " ".join(args).encode()
         (private_dir / "engine-args.json").write_text(json.dumps(args, indent=1) + "\n", encoding="utf-8")
         if self.model_root is None:
@@ -245,8 +249,13 @@ class LocalProcessReconfigurer:
                 )
             time.sleep(self.poll_s)
 
-    def journal(self, private_dir: Path, lines: int = 40, invocation_id: str | None = None) -> list[str]:
+    def journal(
+        self, private_dir: Path, lines: int = 40, invocation_id: str | None = None, grep: str | None = None
+    ) -> list[str]:
         # one local process per reconfigure: its log holds only its own invocation
+        if grep is not None:
+            pattern = re.compile(grep)
+            return [ln for ln in tail(self._log_path, 1 << 30) if pattern.search(ln)][-lines:] if self._log_path else []
         if self.proc is not None and self.proc.poll() is not None:
             code = self.proc.returncode
             return [*(tail(self._log_path, lines - 1) if self._log_path else []), f"(engine exited with code {code})"]

@@ -16,6 +16,7 @@ import aiohttp
 from repro_py import gates as gates_mod
 from repro_py.bench.matrix import BenchSettings, run_matrix
 from repro_py.bench.server_info import fetch_server_info
+from repro_py.codeeval.sandbox import isolation_in_force, require_isolation
 from repro_py.endpoint import Endpoint
 from repro_py.gates.lossless import make_reference
 from repro_py.sweep.benchplan import BenchPlan
@@ -35,8 +36,8 @@ class Measure(Protocol):
         self, endpoint: Endpoint, cfg: PlannedConfig, reference: Mapping[str, Any] | None
     ) -> dict[str, Any]:
         """``{"coding", "lossless", "config_echo", "passed", ...}``; with ``reference`` None the
-        lossless gate has nothing to compare to, and the result carries ``lossless_reference``
-        (this config's outputs) for later configs."""
+        lossless gate has nothing to compare to: the baseline's result then carries ``lossless_reference``
+        (its outputs, when they may be one) for later configs; a speculative config is not judged."""
         ...
 
     async def alive(self, endpoint: Endpoint) -> bool:
@@ -57,6 +58,14 @@ async def engine_alive(endpoint: Endpoint, *, timeout_s: float = 3.0) -> bool:
             except (aiohttp.ClientError, TimeoutError, OSError):
                 return False
     return False
+
+
+def coding_sandbox(*, allow_unisolated: bool) -> dict[str, Any]:
+    """The coding gate's sandbox, checked before anything restarts: ``{"mode", "description",
+    "unisolated_allowed"}``; raises ``IsolationUnavailable`` (naming what is missing) when no isolating
+    mode works here and ``allow_unisolated`` is false."""
+    mode = require_isolation(allow_unisolated=allow_unisolated)
+    return {"mode": mode, "description": isolation_in_force(mode), "unisolated_allowed": allow_unisolated}
 
 
 def _engine_block(summary: Mapping[str, Any]) -> dict[str, Any]:
@@ -81,8 +90,9 @@ class BundleMeasure:
 
     async def bench(self, endpoint: Endpoint, cfg: PlannedConfig, bench: BenchPlan) -> dict[str, Any]:
         settings = BenchSettings(
-            contexts=bench.contexts, concurrency=bench.concurrency, repeats=bench.repeats, max_tokens=bench.max_tokens
-        )
+            contexts=bench.contexts, concurrency=bench.concurrency, repeats=bench.repeats, max_tokens=bench.max_tokens,
+            temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p,
+        )  # fmt: skip
         result: dict[str, Any] = await run_matrix(endpoint, settings)
         return result
 
@@ -93,9 +103,11 @@ class BundleMeasure:
         call = run_gates(endpoint, cfg.spec, reference, **self.gates_kwargs)
         result: dict[str, Any] = await call if inspect.isawaitable(call) else call
         lossless = result.get("lossless") or {}
-        if reference is None and result.get("passed") and isinstance(lossless.get("output_ids"), dict):
-            result["lossless_reference"] = make_reference(
-                lossless["output_ids"], max_new_tokens=int(lossless.get("max_new_tokens") or 0), source=cfg.label
+        made = lossless.get("verdict") == "reference" and isinstance(lossless.get("output_ids"), dict)
+        if reference is None and made:
+            result["lossless_reference"] = make_reference(  # the baseline's outputs (lossless gives no other verdict)
+                lossless["output_ids"], max_new_tokens=int(lossless.get("max_new_tokens") or 0), source=cfg.label,
+                deterministic=(lossless.get("deterministic") or {}).get("server") is True,
             )
         return result
 

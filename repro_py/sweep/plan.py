@@ -10,6 +10,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from repro_py.sampling_settings import Sampling
 from repro_py.spec_config import SpecConfigError
 from repro_py.sweep.benchplan import BenchPlan
 from repro_py.sweep.errors import PlanError
@@ -26,6 +27,8 @@ class Plan:
     bench: BenchPlan
     grid_source: str
     estimate: Mapping[str, float]
+    #: the run's sampling setting (``--temperature``/``--top-p``); an entry may name its own
+    sampling: Sampling = dataclasses.field(default_factory=Sampling)
 
     @property
     def simulated(self) -> bool:
@@ -45,6 +48,7 @@ class Plan:
             "configs": [c.planned() for c in self.configs],
             "default_config": None if self.default_config is None else self.default_config.short(),
             "bench": self.bench.as_dict(),
+            "sampling": self.sampling.as_dict(),
             "estimate": dict(self.estimate),
             "estimate_basis": estimate_basis(self.estimate),
         }
@@ -57,13 +61,15 @@ def make_plan(
     grid_source: str,
     bench: BenchPlan,
     results_root: Path,
+    sampling: Sampling | None = None,
 ) -> Plan:
     drafter_bs = target.var("sweep_drafter_block_size")
     drafter_block_size = drafter_bs if isinstance(drafter_bs, int) and not isinstance(drafter_bs, bool) else None
     allow = target.var("sglang_service_allow_block_mismatch") is True
     configs = run_order(
         validate_all(
-            raws, simulated=target.simulated, drafter_block_size=drafter_block_size, allow_block_mismatch=allow
+            raws, simulated=target.simulated, drafter_block_size=drafter_block_size, allow_block_mismatch=allow,
+            sampling=sampling,
         )
     )
     default_raw = target.var("sweep_default_config")
@@ -87,5 +93,6 @@ def make_plan(
         bench=bench,
         grid_source=grid_source,
         estimate=estimate(target, configs, bench, results_root),
+        sampling=sampling or Sampling(),
     )
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from repro_py.ansibleaccess import AnsibleAccess, runner_env
+from repro_py.sweep.extravars import DETERMINISTIC_VAR
 from repro_py.sweep.failures import FAILED_TO_START, INVALID_CONFIG
 from repro_py.sweep.grid import PlannedConfig
 from repro_py.sweep.inventory import Target
@@ -81,9 +83,12 @@ class Reconfigurer(Protocol):
         (the Ansible reconfigurer then leaves out the sweep's ``--extra-var`` values)."""
         ...
 
-    def journal(self, private_dir: Path, lines: int = _JOURNAL_LINES, invocation_id: str | None = None) -> list[str]:
-        """The engine's last log lines (best effort; empty when unavailable); with ``invocation_id``
-        only that invocation's lines (never an earlier run's)."""
+    def journal(
+        self, private_dir: Path, lines: int = _JOURNAL_LINES, invocation_id: str | None = None, grep: str | None = None
+    ) -> list[str]:
+        """The engine's last log lines (best effort; ``(journal unavailable: ...)`` when unreadable); with
+        ``invocation_id`` only that invocation's lines (never an earlier run's); with ``grep`` (a regex) only
+        the lines that match it, from the whole invocation."""
         ...
 
     def close(self) -> None:
@@ -248,9 +253,12 @@ def outcome_from_run(
 # ---------------------------------------------------------------- ansible
 
 
-def journal_command(unit: str, lines: int, invocation_id: str | None) -> str:
-    """journalctl for one invocation (the engine's lines and systemd's about it), else the unit's last lines."""
+def journal_command(unit: str, lines: int, invocation_id: str | None, grep: str | None = None) -> str:
+    """journalctl for one invocation (the engine's lines and systemd's about it), else the unit's last lines;
+    ``grep``: only the lines matching that pattern (journalctl --grep, PCRE2, filtered on the host)."""
     base = f"journalctl -n {int(lines)} --no-pager -o short-iso"
+    if grep is not None:
+        base += f" --grep {shlex.quote(grep)}"
     if invocation_id and all(c.isalnum() for c in invocation_id):
         return f"{base} _SYSTEMD_INVOCATION_ID={invocation_id} + INVOCATION_ID={invocation_id}"
     return f"{base} -u {unit}"
@@ -330,6 +338,8 @@ class AnsibleReconfigurer:
         report_path = private_dir / "reconfigure-report.json"
         report_path.unlink(missing_ok=True)
         extravars = {**({} if restore else self.extra_vars), **cfg.extravars()}
+        if not restore:  # measured: deterministic inference, the lossless gate's oracle needs it on every config
+            extravars[DETERMINISTIC_VAR] = True
         extravars["sglang_service_report_path"] = str(report_path)
         started = time.monotonic()
         result = self.run_play(self.playbook, private_dir, extravars, cancel)
@@ -351,7 +361,9 @@ class AnsibleReconfigurer:
             artifacts=os.path.relpath(artifact_dir, private_dir.parent.parent),
         )
 
-    def journal(self, private_dir: Path, lines: int = _JOURNAL_LINES, invocation_id: str | None = None) -> list[str]:
+    def journal(
+        self, private_dir: Path, lines: int = _JOURNAL_LINES, invocation_id: str | None = None, grep: str | None = None
+    ) -> list[str]:
         import ansible_runner  # noqa: PLC0415 (heavy; only when really used)
 
         private_dir = private_dir.resolve()
@@ -361,7 +373,7 @@ class AnsibleReconfigurer:
                 private_data_dir=str(private_dir),
                 host_pattern=self.limit,
                 module="ansible.builtin.command",
-                module_args=journal_command(_unit_name(self.target), lines, invocation_id),
+                module_args=journal_command(_unit_name(self.target), lines, invocation_id, grep),
                 inventory=self._inventories(),
                 envvars=self._env(),
                 quiet=True,
@@ -372,9 +384,16 @@ class AnsibleReconfigurer:
         except Exception as exc:  # best effort: a journal we cannot read is said so
             return [f"(journal unavailable: {exc})"]
         for event in read_events(Path(result.config.artifact_dir)):
+            res = (event.get("event_data") or {}).get("res") or {}
+            out = _lines(res.get("stdout_lines") or res.get("stdout"))
+            if grep is not None:
+                out = [ln for ln in out if ln != "-- No entries --"]
             if event.get("event") == "runner_on_ok":
-                res = (event.get("event_data") or {}).get("res") or {}
-                return _lines(res.get("stdout_lines") or res.get("stdout"))
+                return out
+            if grep is not None and event.get("event") == "runner_on_failed" and res.get("rc") == 1 and not (
+                out or str(res.get("stderr") or "").strip()
+            ):
+                return []  # journalctl --grep matched nothing (it may exit 1 then)
         return [f"(journal unavailable: journalctl ended with status={result.status} rc={result.rc})"]
 
     def close(self) -> None:

@@ -29,6 +29,9 @@ class ConfigResult(TypedDict):
     config: dict[str, Any]
     #: the grid entry's own extra vars
     extra_vars: NotRequired[dict[str, Any]]
+    #: what the benchmark sent with every request: temperature, top_p (absent in results written before
+    #: the setting existed: those measured greedy decoding, temperature 0, top_p 1)
+    sampling: NotRequired[dict[str, Any]]
     status: Literal["ok", "failed"]
     failure: Failure | None
     #: what a resume compares: unit, patch series, lock, engine kind, host, config digest
@@ -69,6 +72,7 @@ REQUIRED_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
 }
 _OPTIONAL_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "extra_vars": ((dict,), "a mapping"),
+    "sampling": ((dict,), "a mapping"),
     "timing": ((dict,), "a mapping"),
 }
 
@@ -84,7 +88,7 @@ class ResultError(ValueError):
 
 def new_result(
     *, run_id: str, label: str, config: dict[str, Any], extra_vars: Mapping[str, Any], engine_kind: str,
-    bench_settings: dict[str, Any], started_at: str,
+    bench_settings: dict[str, Any], started_at: str, sampling: Mapping[str, Any] | None = None,
 ) -> ConfigResult:  # fmt: skip
     """The result of a config before anything ran: ``ok`` until a stage fails it."""
     return {
@@ -93,6 +97,7 @@ def new_result(
         "label": label,
         "config": config,
         "extra_vars": dict(extra_vars),
+        "sampling": dict(sampling or {"temperature": 0.0, "top_p": 1.0}),
         "status": "ok",
         "failure": None,
         "fingerprint": {},

@@ -9,9 +9,12 @@ A :class:`Measure` may decline to gate a config (its gates result then says
 config that is clearly behind): the result is ``ok`` with gates not run, so
 it can never win (winners need every gate passed) and is not a failure.
 
-The lossless reference is the outputs of the first config that passes its
-gates (the baseline runs first when the grid has one), stored in
-``lossless-reference.json`` and reused by ``--resume``.
+The lossless reference is the baseline's outputs (the baseline runs first),
+stored in ``lossless-reference.json`` when its lossless gate made one (whatever
+its other gates say) and reused by ``--resume``; without a baseline no
+speculative config is judged lossless. The lossless verdict also rests on the
+server's log: the journal of the invocation that served the config is scanned
+for the KV-window invariant and tracebacks (``gates.serverlog``).
 
 SIGINT: the in-flight config is abandoned (no result file, so ``--resume``
 reruns it); a result write in progress always completes (writes are atomic
@@ -39,6 +42,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColum
 from rich.text import Text
 
 from repro_py.atomicio import write_json_atomic
+from repro_py.gates import serverlog
+from repro_py.gates.lossless import BASELINE
 from repro_py.sweep import fingerprint, hostcode, state
 from repro_py.sweep.estimate import format_duration
 from repro_py.sweep.failures import CRASHED, FAILED_TO_START, GATE_FAILED, bench_error_summary, failed_gates
@@ -142,8 +147,9 @@ class SweepRunner:
     async def run_config(self, cfg: PlannedConfig, controller_fp: Mapping[str, str]) -> ConfigResult:
         result = new_result(
             run_id=self.run_dir.run_id, label=cfg.label, config=cfg.short(), extra_vars=cfg.extra_vars,
-            engine_kind=self.plan.target.engine_kind, bench_settings=self.plan.bench.as_dict(),
-            started_at=state.now_iso(),
+            engine_kind=self.plan.target.engine_kind,
+            bench_settings={**self.plan.bench.as_dict(), **cfg.sampling.as_dict()},
+            started_at=state.now_iso(), sampling=cfg.sampling.as_dict(),
         )  # fmt: skip
         timing: dict[str, float] = result.setdefault("timing", {})
         endpoint = self.plan.target.endpoint
@@ -217,6 +223,15 @@ class SweepRunner:
             if gates.get("skipped") is True:  # not gated on purpose: ok, but never eligible to win
                 gates["passed"] = False
                 return result
+            if isinstance(gates.get("lossless"), dict):
+                await self._scan_log(cfg, result, gates)
+                if not gates["lossless"].get("passed"):
+                    new_reference = None
+            if reference is None and cfg.spec.algorithm == BASELINE and isinstance(new_reference, Mapping):
+                write_json_atomic(
+                    self.run_dir.lossless_reference,
+                    {"label": cfg.label, "config": cfg.short(), "reference": new_reference},
+                )
             if not gates.get("passed"):
                 if not await self.measure.alive(endpoint):
                     return mark_failed(
@@ -227,16 +242,26 @@ class SweepRunner:
                     )
                 failed = failed_gates(gates) or ["gates did not pass (no gate named a reason)"]
                 return mark_failed(result, GATE_FAILED, "; ".join(failed))
-            if reference is None and isinstance(new_reference, Mapping):
-                write_json_atomic(
-                    self.run_dir.lossless_reference,
-                    {"label": cfg.label, "config": cfg.short(), "reference": new_reference},
-                )
             return result
         finally:
             result["fingerprint"] = fingerprint.full_fingerprint(
                 controller_fp, unit_sha256=unit_sha, sglang_version=version
             )
+
+    async def _scan_log(self, cfg: PlannedConfig, result: Mapping[str, Any], gates: dict[str, Any]) -> None:
+        """The invocation's journal, filtered on the host, into the lossless verdict (and the gates')."""
+        invocation = (result.get("reconfigure") or {}).get("invocation_id") or None
+        private = self.run_dir.runner_dir(cfg.label) / "journal-scan"
+        try:
+            lines = await asyncio.to_thread(functools.partial(
+                self.reconfigurer.journal, private, lines=serverlog.SCAN_LINES, invocation_id=invocation,
+                grep=serverlog.PATTERN,
+            ))
+        except Exception as exc:  # said, never silently clean
+            lines = [f"(journal unavailable: {type(exc).__name__}: {exc})"]
+        source = f"journal of invocation {invocation}" if invocation else "journal of the unit (no invocation id)"
+        serverlog.apply(gates["lossless"], serverlog.scan(lines, source=source))
+        gates["passed"] = bool(gates.get("passed") and gates["lossless"]["passed"])
 
     def _load_reference(self) -> Mapping[str, Any] | None:
         path = self.run_dir.lossless_reference

@@ -3,7 +3,9 @@
 Exit codes (:class:`repro_py.exitcodes.ExitCode`): 0 the search ran to its
 end (budget, convergence or the whole space); 1 it ran, but restoring the
 default config failed, or a written change is not in effect; 2 bad command
-line, space or settings (nothing was restarted); 130 interrupted (resumable).
+line, space or settings (nothing was restarted); 4 no isolating sandbox for
+the coding gate and no ``--allow-unisolated`` (nothing was restarted); 130
+interrupted (resumable).
 """
 
 from __future__ import annotations
@@ -19,22 +21,24 @@ from typing import Any
 
 from rich.console import Console
 
-from repro_py import manifest
+from repro_py import manifest, sampling_settings
 from repro_py.atomicio import write_json_atomic
 from repro_py.cliparse import parse_or_exit_code
 from repro_py.exitcodes import ExitCode
+from repro_py.sampling_settings import Sampling
 from repro_py.sweep.lease import TAKEOVER_FLAG, HostLease
 from repro_py.sweep.lease import take as take_lease
 from repro_py.tune import ladder as laddermod
 from repro_py.tune import objectives as objmod
 from repro_py.tune import summary, writeback
-from repro_py.tune.loop import Budget, TuneLoop
+from repro_py.tune.commands import RECONFIGURERS, resolve_run_settings, run_options
+from repro_py.tune.loop import Budget, TuneLoop, budget_problem
 from repro_py.tune.noise import DEFAULT_CONFIDENCE, DEFAULT_FLOOR_CV, NoiseModel
 from repro_py.tune.outcome import search_document
 from repro_py.tune.report import write_report
 from repro_py.tune.search import Search
 from repro_py.tune.settings import TuneSettings
-from repro_py.tune.space import Space, load_space
+from repro_py.tune.space import Space, load_space, validated
 from repro_py.tune.sweepio import (
     RUN_ID_RE,
     STATE_COMPLETE,
@@ -42,16 +46,23 @@ from repro_py.tune.sweepio import (
     AnsibleReconfigurer,
     BenchPlan,
     BundleMeasure,
+    IsolationUnavailable,
+    Plan,
     PlanError,
+    PlannedConfig,
     RunDir,
+    Target,
     add_inventory_arguments,
     build_report,
+    coding_sandbox,
     default_run_id,
     latest_resumable,
     local_reconfigurer,
     make_plan,
     parse_extra_vars,
+    print_gates,
     print_resume,
+    refuse_unisolated,
     source_args,
     target_from_args,
 )
@@ -139,8 +150,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--noise-floor",
         type=float,
         default=DEFAULT_FLOOR_CV,
-        help="between-restart relative noise added to every estimate (default 0.01)",
+        help="between-restart relative noise assumed until two restarts of the current config measure it, "
+        f"then a prior worth one restart (default {DEFAULT_FLOOR_CV})",
     )
+    p.add_argument(
+        "--temperature", type=float,
+        help="sampling temperature of every benchmark request, >= 0 (default 0: greedy; a DDTree server "
+        "refuses temperature > 0 today, see docs/tune.md)",
+    )  # fmt: skip
+    p.add_argument("--top-p", type=float, help="top_p of every benchmark request, in (0, 1] (default 1)")
     p.add_argument("--run-id", help="name of the run directory (default: <UTC time>-<host>)")
     p.add_argument("--results", type=Path, default=Path("results"), help="results root (default: results/)")
     p.add_argument(
@@ -167,12 +185,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--reconfigurer",
-        choices=("ansible", "local"),
-        default="ansible",
+        choices=RECONFIGURERS,
         help="ansible: playbooks/reconfigure.yml (default); local: the simulated engine as a local "
-        "process (simulated inventories only; development aid)",
+        "process (simulated inventories only; development aid; no -e). --resume keeps the run's own",
     )
     p.add_argument("--no-report", action="store_true", help="skip the reports and the manifest at the end")
+    p.add_argument("--allow-unisolated", action="store_true",
+                   help="judge coding candidates even without an isolating sandbox (as for a sweep)")
     p.add_argument(TAKEOVER_FLAG, action="store_true", help="take the host lease over (as for a sweep)")
     return p
 
@@ -219,7 +238,48 @@ def _settings_from_args(args: argparse.Namespace, space: Space, host: str) -> Tu
         floor_cv=args.noise_floor,
         space=space,
         budget=Budget(max_restarts=args.max_restarts, max_hours=args.max_hours, restore=not args.no_restore),
+        sampling=sampling_from_args(args),
     )
+
+
+def sampling_from_args(args: argparse.Namespace) -> Sampling:
+    """``--temperature``/``--top-p`` (default greedy); a bad value is a PlanError naming it and the range."""
+    try:
+        return sampling_settings.parse(args.temperature, args.top_p)
+    except sampling_settings.SamplingError as exc:
+        raise PlanError([f"--temperature/--top-p: {p}" for p in exc.problems]) from exc
+
+
+def sampled_space(target: Target, space: Space, sampling: Sampling) -> Space:
+    """The space with the run's sampling setting on every config (part of each label, never of the restart);
+    a config that names its own keeps it."""
+    if sampling.default:
+        return space
+    raws = [{**sampling.short(), **raw} for raw in space.raws]
+    return validated(target, raws, source=space.source, capped=space.capped)
+
+
+def _with_current_config(settings: TuneSettings, current: PlannedConfig | None) -> TuneSettings:
+    """Every run measures the inventory's current config (the one to beat): it must name one, and it joins
+    the space when the space lacks it."""
+    if current is None:
+        raise PlanError(
+            [
+                "the inventory has no sweep_default_config: the tuner measures the current config as the one to "
+                "beat (in two restarts, which also measure the between-restart noise); set it to the config the "
+                "host runs, e.g. sweep_default_config: {algorithm: ddtree, budget: 8, topk: 4, window: 2048}"
+            ]
+        )
+    return dataclasses.replace(settings, space=settings.space.including(current))
+
+
+def _deployed(plan: Plan, settings: TuneSettings) -> PlannedConfig | None:
+    """The inventory's current config at the run's sampling setting (as every config of the space)."""
+    return plan.default_config and dataclasses.replace(plan.default_config, sampling=settings.sampling)
+
+
+def _search(settings: TuneSettings, plan: Plan) -> Search:
+    return Search(settings.space, settings.search_settings(), settings.noise_model(), default=_deployed(plan, settings))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -234,9 +294,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.run_id is not None and not RUN_ID_RE.match(args.run_id):
             raise PlanError([f"--run-id {args.run_id!r}: letters, digits, '.', '_' and '-' only"])
-        target = target_from_args(args, parse_extra_vars(args.extra_var))
-        if args.reconfigurer == "local" and not target.simulated:
-            raise PlanError(["--reconfigurer local runs the simulated engine; this inventory's engine is real"])
         run_dir: RunDir | None = None
         stored: dict[str, Any] | None = None
         if args.resume:
@@ -247,19 +304,28 @@ def main(argv: Sequence[str] | None = None) -> int:
             stored = _stored(run_dir)
             if stored is None:
                 raise PlanError([f"--resume: {run_dir.path / 'tune' / 'settings.json'} is missing or unreadable"])
+        run_opts, problems = resolve_run_settings(
+            args.reconfigurer, parse_extra_vars(args.extra_var), args.limit_hosts, stored
+        )
+        target = target_from_args(args, run_opts["extra_vars"], limit=run_opts["limit_hosts"])
+        if run_opts["reconfigurer"] == "local" and not target.simulated:
+            problems.append("--reconfigurer local runs the simulated engine; this inventory's engine is real")
+        if problems:
+            raise PlanError(problems)
+        if stored is not None and run_dir is not None:
             if stored.get("host") != target.host:
                 raise PlanError([f"--resume: run {run_dir.run_id} tuned host {stored.get('host')}, not {target.host}"])
             settings = TuneSettings.from_dict(stored, target, args)
         else:
             if not args.objective:
                 raise PlanError([f"--objective is required; allowed: {', '.join(objmod.OBJECTIVE_NAMES)}"])
-            space = load_space(target, args.space)
+            space = sampled_space(target, load_space(target, args.space), sampling_from_args(args))
             settings = _settings_from_args(args, space, target.host)
             if settings.budget.max_restarts is None and settings.budget.max_hours is None:
                 settings = dataclasses.replace(
                     settings, budget=dataclasses.replace(settings.budget, max_restarts=DEFAULT_MAX_RESTARTS)
                 )
-        extra_vars = parse_extra_vars(args.extra_var) or dict((stored or {}).get("extra_vars") or {})
+        extra_vars: dict[str, object] = run_opts["extra_vars"]
         cells = settings.bench_cells()
         plan = make_plan(
             target,
@@ -272,7 +338,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 max_tokens=settings.ladder[-1].max_tokens,
             ),
             results_root=results_root,
+            sampling=settings.sampling,
         )
+        settings = _with_current_config(settings, _deployed(plan, settings))
+        budget_issue = budget_problem(_search(settings, plan), settings.budget)
+        if budget_issue is not None:
+            raise PlanError([budget_issue])
     except (PlanError, objmod.ObjectiveError, laddermod.LadderError, ValueError) as exc:
         problems = exc.problems if isinstance(exc, PlanError) else [str(exc)]
         console.print("[red]the tuning run was refused; nothing was restarted:[/]")
@@ -280,9 +351,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             console.print(f"  - {problem}", markup=False, highlight=False)
         return ExitCode.USAGE
 
+    try:
+        sandbox = coding_sandbox(allow_unisolated=args.allow_unisolated)
+    except IsolationUnavailable as exc:
+        return refuse_unisolated(console, exc)
     run_id = run_dir.run_id if run_dir else (args.run_id or default_run_id(target))
-    search = Search(settings.space, settings.search_settings(), settings.noise_model(), default=plan.default_config)
-    preview = Search(settings.space, settings.search_settings(), settings.noise_model(), default=plan.default_config)
+    search, preview = _search(settings, plan), _search(settings, plan)
     first = ["(continues the stored search)"] if args.resume else []
     for _ in range(0 if args.resume else 3):
         proposal = preview.propose()
@@ -291,6 +365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         preview.start(proposal)
         first.append(proposal.cfg.label)
     summary.print_plan(out, settings, plan, run_id, first)
+    print_gates(out, sandbox, plan)
     if args.dry_run:
         return ExitCode.OK
 
@@ -301,7 +376,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return ExitCode.USAGE
     reconfigurer: Any
     lease: HostLease | None = None  # one host lease for the whole run (repro_py.sweep.lease)
-    if args.reconfigurer == "local":
+    if run_opts["reconfigurer"] == "local":
         local_target, reconfigurer = local_reconfigurer(plan.target)
         plan = dataclasses.replace(plan, target=local_target)
     else:
@@ -315,16 +390,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             return ExitCode.LEASED
     run_dir.path.mkdir(parents=True, exist_ok=True)
     settings_doc = settings.as_dict()
-    settings_doc["extra_vars"] = extra_vars
-    settings_doc["reconfigurer"] = args.reconfigurer
+    settings_doc.update(run_opts)  # reconfigurer, extra vars, host limit: what --resume and printed commands keep
+    options = run_options(settings_doc)
     write_json_atomic(run_dir.path / "tune" / "settings.json", settings_doc)
     plan_doc = plan.as_dict(run_id)
-    plan_doc.update(configs=[], extra_vars=extra_vars, reconfigurer=args.reconfigurer, tool=TOOL)
+    plan_doc.update(
+        configs=[], extra_vars=extra_vars, reconfigurer=run_opts["reconfigurer"], tool=TOOL, sandbox=sandbox
+    )
     if not run_dir.plan.is_file():
         write_json_atomic(run_dir.plan, plan_doc)
 
     loop = TuneLoop(
-        plan, search, run_dir, reconfigurer, BundleMeasure(), bundle=bundle, budget=settings.budget, console=console
+        plan, search, run_dir, reconfigurer, BundleMeasure(gates_kwargs={"allow_unisolated": args.allow_unisolated}),
+        bundle=bundle, budget=settings.budget, console=console,
     )
     finished = (
         args.resume
@@ -344,7 +422,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_dir.write_state(STATE_INTERRUPTED, reason="KeyboardInterrupt")
         print_resume(
             console, "interrupted", str(args.inventory), run_id, tool=TOOL, results=results_root,
-            sources=source_args(target),
+            sources=source_args(target), options=options,
         )  # fmt: skip
         return ExitCode.INTERRUPTED
     finally:
@@ -360,6 +438,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             tool=TOOL,
             results=results_root,
             sources=source_args(target),
+            options=options,
         )
         return ExitCode.INTERRUPTED
 
@@ -368,8 +447,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     doc = search_document(search, stop_reason=outcome_stop, settings=settings_doc, restarts=restarts)
     console.print(f"tuning {run_id}: {len(search.records)} configs restarted of {len(settings.space)}; {outcome_stop}")
     summary.print_winners(out, search)
-    for line in doc["versus"]:
-        out.print(line, highlight=False)
+    for versus in doc["versus"]:
+        out.print(f"- {versus['title']}: {versus['text']}", highlight=False)
     if not args.no_report:
         build_report(run_dir.path)
         paths = write_report(doc, run_dir.path)
@@ -396,6 +475,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         results=args.results,
         write=args.write,
         ask=not args.no_write and sys.stdin.isatty(),
+        options=options,
     )
     return code if wrote == ExitCode.OK else wrote
 

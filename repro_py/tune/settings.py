@@ -7,6 +7,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from repro_py import sampling_settings
+from repro_py.sampling_settings import Sampling
 from repro_py.tune import objectives as objmod
 from repro_py.tune.ladder import Rung
 from repro_py.tune.loop import Budget
@@ -28,6 +30,8 @@ class TuneSettings:
     floor_cv: float
     space: Space
     budget: Budget
+    #: what every benchmark request sends (the space's configs carry it in their labels)
+    sampling: Sampling = dataclasses.field(default_factory=Sampling)
 
     def bench_cells(self) -> list[Cell]:
         cells = {o.cell for o in self.objectives}
@@ -57,6 +61,7 @@ class TuneSettings:
             "noise": {"confidence": self.confidence, "floor_cv": self.floor_cv},
             "budget": self.budget.as_dict(),
             "space": self.space.as_dict(),
+            "sampling": self.sampling.as_dict(),
         }
 
     @classmethod
@@ -71,6 +76,16 @@ class TuneSettings:
                     "(start a new run for other objectives)"
                 ]
             )
+        stored_sampling = sampling_settings.of_result(doc)  # absent in runs from before the setting: greedy
+        try:
+            flagged = sampling_settings.parse(args.temperature, args.top_p)
+        except sampling_settings.SamplingError as exc:
+            raise PlanError([f"--temperature/--top-p: {p}" for p in exc.problems]) from exc
+        if (args.temperature is not None or args.top_p is not None) and flagged != stored_sampling:
+            raise PlanError([
+                f"--resume: the run measures at {stored_sampling.text}; --temperature/--top-p give {flagged.text} "
+                "(start a new run for another sampling setting)"
+            ])  # fmt: skip
         concurrency, long_context = int(doc["concurrency"]), int(doc["long_context"])
         space_doc = doc.get("space") or {}
         raws = [dict(item["config"]) for item in space_doc.get("configs") or []]
@@ -102,6 +117,7 @@ class TuneSettings:
             floor_cv=float(doc["noise"]["floor_cv"]),
             space=space,
             budget=budget,
+            sampling=stored_sampling,
         )
 
     def summary_rows(self) -> list[tuple[str, str]]:
@@ -120,8 +136,13 @@ class TuneSettings:
                 + (f"; {self.space.capped} with topk > budget left out" if self.space.capped else ""),
             ),
             ("ladder", " -> ".join(f"{r.name} {r.max_tokens} tok x {r.repeats}" for r in self.ladder) + " -> gates"),
-            ("noise", f"{self.confidence:.0%} intervals, between-restart floor {self.floor_cv:.1%}"),
+            (
+                "noise",
+                f"{self.confidence:.0%} intervals; between restarts measured from the current config's restarts "
+                f"(assumed {self.floor_cv:.1%} until then)",
+            ),
             ("budget", limit),
+            ("sampling", f"{self.sampling.text} in every benchmark request"),
         ]
 
 

@@ -11,9 +11,19 @@ change to this file alone.
 
 from __future__ import annotations
 
+from repro_py.codeeval.sandbox import IsolationUnavailable
 from repro_py.report.render import build_report
 from repro_py.sweep.benchplan import BenchPlan
-from repro_py.sweep.cli import RUN_ID_RE, default_run_id, local_reconfigurer, parse_extra_vars, print_resume
+from repro_py.sweep.cli import (
+    RUN_ID_RE,
+    default_run_id,
+    local_reconfigurer,
+    parse_extra_vars,
+    print_gates,
+    print_resume,
+    refuse_unisolated,
+    resume_command,
+)
 from repro_py.sweep.errors import PlanError
 from repro_py.sweep.estimate import format_duration
 from repro_py.sweep.failures import GATE_FAILED
@@ -22,7 +32,7 @@ from repro_py.sweep.grid import SIM_FAULT_KEY, PlannedConfig, expand_grid, valid
 from repro_py.sweep.inventory import Target, load_target, reload_target, source_args, target_from_args
 from repro_py.sweep.inventory import add_arguments as add_inventory_arguments
 from repro_py.sweep.localproc import LocalProcessReconfigurer
-from repro_py.sweep.measure import BundleMeasure, Measure
+from repro_py.sweep.measure import BundleMeasure, Measure, coding_sandbox
 from repro_py.sweep.plan import Plan, make_plan
 from repro_py.sweep.reconfigure import AnsibleReconfigurer, Reconfigurer
 from repro_py.sweep.runner import Interrupted, SweepOptions, SweepRunner
@@ -47,6 +57,7 @@ __all__ = [
     "BenchPlan",
     "BundleMeasure",
     "Interrupted",
+    "IsolationUnavailable",
     "LocalProcessReconfigurer",
     "Measure",
     "Plan",
@@ -59,6 +70,7 @@ __all__ = [
     "Target",
     "add_inventory_arguments",
     "build_report",
+    "coding_sandbox",
     "controller_fingerprint",
     "decide",
     "default_run_id",
@@ -70,8 +82,11 @@ __all__ = [
     "make_plan",
     "now_iso",
     "parse_extra_vars",
+    "print_gates",
     "print_resume",
+    "refuse_unisolated",
     "reload_target",
+    "resume_command",
     "source_args",
     "target_from_args",
     "validate_all",

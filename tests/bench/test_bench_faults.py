@@ -5,8 +5,6 @@ with its cause, failed repeats stay out of every figure, and a dead server stops
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -19,6 +17,7 @@ from repro_py.bench.matrix import BenchSettings, run_matrix
 from repro_py.endpoint import Endpoint
 from repro_py.exitcodes import ExitCode
 from repro_py.simengine.testing import REPO_ROOT, Engine, ddtree_flags
+from tests.bench.conftest import bench_and_kill
 
 Factory = Callable[[list[str]], Engine]
 FAST = ["--enable-metrics", "--sim-speed", "200"]
@@ -106,28 +105,19 @@ async def test_error_budget_lets_a_repeat_count_with_that_many_failures(engine_f
     cell = result["cells"][0]
     assert cell["status"] == "ok", cell["reason"]
     assert cell["errors"] == 1 and cell["repeats"][0]["ok"] == 3
+    # the server answered after the failed request: it counts against the budget, and the result says so
+    assert cell["budget_used"] == 1 and cell["repeats"][0]["budget_used"] == 1
+    assert cell["repeats"][0]["error_budget"] == 1
 
 
 def test_kill_9_mid_cell_exits_nonzero_with_the_reason(engine_factory: Factory, tmp_path: Path) -> None:
     eng = engine_factory([*ddtree_flags(), "--enable-metrics", "--sim-speed", "2"])
     eng.wait_ready(30)
     out = tmp_path / "bench.json"
-    bench = subprocess.Popen(
-        [sys.executable, "-m", "repro_py.bench", "--url", eng.url, "--contexts", "60,1024", "--concurrency", "4",
-         "--repeats", "2", "--requests-per-cell", "8", "--max-tokens", "256", "--ignore-eos", "--out", str(out),
-         "--quiet"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while _served(eng) < 5:  # the chat probe, warm-up and the first measured requests are in
-            assert time.monotonic() < deadline and bench.poll() is None
-            time.sleep(0.05)
-        os.kill(eng.pid, signal.SIGKILL)
-        _, stderr = bench.communicate(timeout=120)
-    finally:
-        if bench.poll() is None:
-            bench.kill()
+    bench = bench_and_kill(eng, ["--contexts", "60,1024", "--concurrency", "4", "--repeats", "2",
+                                 "--requests-per-cell", "8", "--max-tokens", "256", "--ignore-eos", "--out", str(out),
+                                 "--quiet"], served=5)  # the chat probe, warm-up and the first measured requests
+    stderr = bench.stderr
     assert bench.returncode == ExitCode.FAILURE, stderr
     assert "the server stopped answering" in stderr
     data = json.loads(out.read_text())

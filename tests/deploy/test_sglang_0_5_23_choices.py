@@ -41,6 +41,21 @@ def test_attention_backends_are_exactly_the_wheels(wheel: zipfile.ZipFile):
     assert "cutlass_mla" not in theirs
 
 
+def test_deterministic_inference_backends_are_the_wheels(wheel: zipfile.ZipFile):
+    """What --enable-deterministic-inference accepts (arg_groups/overrides.py refuses any other backend): the
+    simulated engine's list and the role's assert list are the wheel's."""
+    theirs = _list_assigned(wheel, "sglang/srt/arg_groups/choices.py", "DETERMINISTIC_ATTENTION_BACKEND_CHOICES")
+    assert list(sglang_choices.DETERMINISTIC_ATTENTION_BACKENDS) == theirs
+    role_vars = yaml.safe_load((ROOT / "roles/sglang_service/vars/main.yml").read_text())
+    assert role_vars["_sglang_service_deterministic_backends"] == theirs
+    overrides = wheel.read("sglang/srt/arg_groups/overrides.py").decode()
+    assert "attention backends are supported for deterministic inference, " in overrides
+    assert "but you explicitly specified '{view.attention_backend}'." in overrides
+    assert sglang_choices.deterministic_backend_refusal("x").endswith("but you explicitly specified 'x'.")
+    exec_fields = wheel.read("sglang/srt/arg_groups/fields/exec_.py").decode()
+    assert "enable_deterministic_inference: A[" in exec_fields
+
+
 def test_tool_call_parsers_are_the_wheels_and_include_kimi_k2(wheel: zipfile.ZipFile):
     theirs = _list_assigned(wheel, "sglang/srt/function_call/parser_names.py", "TOOL_CALL_PARSER_NAMES")
     assert list(sglang_choices.TOOL_CALL_PARSERS) == ["auto", *theirs]

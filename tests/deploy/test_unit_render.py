@@ -160,3 +160,16 @@ def test_the_unit_waits_for_the_weights_mounts(run_playbook, tmp_path):
     assert 'RequiresMountsFor="/models/Kimi K2.6" /mnt/drafters/Kimi-K2.6-DFlash\n' in unit_section
     baseline, _ = render(run_playbook, tmp_path / "baseline", "-e", "algorithm=none")
     assert "RequiresMountsFor=/models/Kimi-K2.6\n" in baseline.split("[Service]")[0]  # no drafter for the baseline
+
+
+def test_deterministic_inference_is_rendered_for_both_engines(run_playbook, tmp_path):
+    """The losslessness gate's oracle: the flag reaches sglang's command line (and the simulated engine's, which
+    accepts and echoes it as sglang does); off by default."""
+    _, plain = render(run_playbook, tmp_path / "off")
+    assert "--enable-deterministic-inference" not in plain["argv"]
+    on = '{"sglang_service_deterministic_inference": true}'
+    _, real = render(run_playbook, tmp_path / "real", "-e", "sglang_service_engine=sglang", "-e", on)
+    _, sim = render(run_playbook, tmp_path / "sim", "-e", "sglang_service_engine=simulated", "-e", on)
+    for argv in (real["argv"], sim["argv"]):
+        words = " ".join(argv)
+        assert "--attention-backend triton --enable-deterministic-inference" in words

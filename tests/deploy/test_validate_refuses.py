@@ -42,6 +42,15 @@ BAD_INPUTS = [
         "sglang_service_tool_call_parser='kimi' is not one of sglang 0.5.23's",
     ),
     (
+        ["-e", "sglang_service_deterministic_inference=yes"],
+        "sglang_service_deterministic_inference='yes' is a str; a real boolean",
+    ),
+    (
+        ["-e", '{"sglang_service_deterministic_inference": true, "sglang_service_attention_backend": "torch_native"}'],
+        "deterministic_inference=True with attention_backend=torch_native (deterministic inference needs one of "
+        "ascend, fa3, fa4, flashinfer, intel_xpu, triton)",
+    ),
+    (
         ["-e", '{"sglang_service_extra_args": ["--api-key", "k"]}'],
         "a list without --api-key/--admin-api-key: a key on the command line is visible to every user",
     ),

@@ -107,7 +107,7 @@ def test_sweep_on_the_systemd_test_host_interrupted_and_resumed(tmp_path: Path) 
 
     summary = (run_dir / "summary.md").read_text()
     assert summary.startswith("# SIMULATED")
-    assert "ddtree-b8-t4-w2048-bs8-fault-crash-on-load | failed_to_start |" in summary
+    assert "ddtree-b8-t4-w2048-bs8-fault-crash-on-load | T=0 (greedy), top_p=1 | failed_to_start |" in summary
     for png in ("tps_vs_concurrency", "acceptance_vs_budget", "pareto"):
         assert (run_dir / "plots" / f"{png}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     check = subprocess.run(["sha256sum", "-c", "--quiet", "MANIFEST.sha256"], cwd=run_dir, check=False,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -21,20 +22,23 @@ from repro_py.spec_config import validate
 Factory = Callable[[list[str]], Engine]
 DDTREE_B8 = validate({"algorithm": "ddtree", "budget": 8, "topk": 4, "window": 2048, "block_size": 8})
 TOKENS = 64
+DET = ["--enable-deterministic-inference"]  # as a sweep runs every config
 
 
 async def test_baseline_reference_then_ddtree_passes_all_gates(engine_factory: Factory) -> None:
-    base = engine_factory([])
+    base = engine_factory(DET)
     first = await run_gates(Endpoint(base.url), validate({"algorithm": "none"}), None, lossless_max_new_tokens=TOKENS)
     assert first["passed"], json.dumps({k: v.get("reason") for k, v in first.items() if isinstance(v, dict)})
-    assert first["lossless"]["is_reference"] is True
-    reference = make_reference(first["lossless"]["output_ids"], max_new_tokens=TOKENS, source="baseline")
+    assert first["lossless"]["is_reference"] is True and first["lossless"]["verdict"] == "reference"
+    assert first["lossless"]["deterministic"]["server"] is True  # read from the engine's /server_info
+    reference = make_reference(first["lossless"]["output_ids"], max_new_tokens=TOKENS, source="baseline",
+                               deterministic=True)
     base.stop()
 
-    tree = engine_factory(ddtree_flags())
+    tree = engine_factory([*ddtree_flags(), *DET])
     res = await run_gates(Endpoint(tree.url), DDTREE_B8, reference)
     assert res["config_echo"]["passed"], res["config_echo"]
-    assert res["lossless"]["passed"], res["lossless"]["reason"]
+    assert res["lossless"]["passed"] and res["lossless"]["verdict"] == "lossless", res["lossless"]["reason"]
     assert res["lossless"]["exact_match_rate"] == 1.0
     assert res["lossless"]["first_divergence"] is None
     coding = res["coding"]
@@ -42,20 +46,35 @@ async def test_baseline_reference_then_ddtree_passes_all_gates(engine_factory: F
     assert coding["counts"]["pass"] == coding["total"], coding["problems"]
     assert coding["max_tokens"] == 1024
     assert all(p["reasoning_blocks_ignored"] >= 1 for p in coding["problems"])  # the drafts were in the reasoning
-    assert "netns" in coding["isolation"] or "guard" in coding["isolation"]
+    assert coding["isolation_mode"] in ("bwrap", "namespaces") and res["isolation"] == coding["isolation_mode"]
+    assert "no network (new netns)" in coding["isolation"] and coding["unisolated_allowed"] is False
     assert res["passed"] is True
 
 
+async def test_a_speculative_server_with_no_deterministic_inference_is_not_judged(engine_factory: Factory) -> None:
+    base = engine_factory(DET)
+    first = await run_gates(Endpoint(base.url), validate({"algorithm": "none"}), None, lossless_max_new_tokens=TOKENS,
+                            problems=load_problems()[:1])
+    reference = make_reference(first["lossless"]["output_ids"], max_new_tokens=TOKENS, source="baseline",
+                               deterministic=True)
+    base.stop()
+    tree = engine_factory(ddtree_flags())  # as deployed: no --enable-deterministic-inference
+    res = await run_gates(Endpoint(tree.url), DDTREE_B8, reference, problems=load_problems()[:1])
+    assert res["lossless"]["verdict"] == "not_deterministic" and res["passed"] is False
+    assert res["lossless"]["deterministic"] == {"server": False, "reference": True}
+
+
 async def test_mask_offset_fault_fails_lossless_with_a_divergence_index(engine_factory: Factory) -> None:
-    good = engine_factory(ddtree_flags())
+    good = engine_factory(DET)
     async with aiohttp.ClientSession() as session:
-        ref_run = await run_lossless(session, Endpoint(good.url), None, max_new_tokens=TOKENS)
-    reference = make_reference(ref_run["output_ids"], max_new_tokens=TOKENS, source="first config")
+        ref_run = await run_lossless(session, Endpoint(good.url), None, baseline=True, deterministic=True,
+                                     max_new_tokens=TOKENS)
+    reference = make_reference(ref_run["output_ids"], max_new_tokens=TOKENS, source="baseline", deterministic=True)
     good.stop()
-    broken = engine_factory([*ddtree_flags(), "--sim-fault", "mask-offset"])
+    broken = engine_factory([*ddtree_flags(), *DET, "--sim-fault", "mask-offset"])
     async with aiohttp.ClientSession() as session:
-        res = await run_lossless(session, Endpoint(broken.url), reference)
-    assert res["passed"] is False
+        res = await run_lossless(session, Endpoint(broken.url), reference, baseline=False, deterministic=True)
+    assert res["passed"] is False and res["verdict"] == "diverged"
     assert isinstance(res["first_divergence"], int)
     assert res["first_divergence"] < TOKENS
     assert res["exact_match_rate"] < 1.0
@@ -99,22 +118,57 @@ async def test_coding_without_reasoning_parser_splits_on_think(engine_factory: F
 
 
 def test_cli_reference_roundtrip(engine_factory: Factory, tmp_path: Path) -> None:
-    eng = engine_factory(ddtree_flags())
+    base = engine_factory(DET)
     ref = tmp_path / "ref.json"
     out = tmp_path / "gates.json"
-    common = [sys.executable, "-m", "repro_py.gates", "--url", eng.url, "--lossless-tokens", "16"]
-    first = subprocess.run([*common, "--expect", "budget=8,topk=4,window=2048", "--write-reference", str(ref)],
-                           capture_output=True, text=True, cwd=REPO_ROOT, timeout=180, check=False)
+    common = [sys.executable, "-m", "repro_py.gates", "--lossless-tokens", "16"]
+    first = subprocess.run([*common, "--url", base.url, "--expect", "algorithm=none", "--write-reference", str(ref)],
+                           capture_output=True, text=True, cwd=REPO_ROOT, timeout=300, check=False)
     assert first.returncode == 0, first.stdout + first.stderr
-    assert json.loads(ref.read_text())["max_new_tokens"] == 16
-    second = subprocess.run([*common, "--expect", "budget=16,topk=4,window=2048", "--reference", str(ref),
-                             "--out", str(out)], capture_output=True, text=True, cwd=REPO_ROOT, timeout=180,
-                            check=False)
+    written = json.loads(ref.read_text())
+    assert written["max_new_tokens"] == 16 and written["algorithm"] == "none" and written["deterministic"] is True
+    assert "sandbox:     bwrap" in first.stdout or "sandbox:     namespaces" in first.stdout
+    base.stop()
+    tree = engine_factory([*ddtree_flags(), *DET])
+    log = tmp_path / "server.log"
+    log.write_text("[2026-05-09 10:00:00 TP0] Decode batch. #running-req: 16\n")
+    second = subprocess.run([*common, "--url", tree.url, "--expect", "budget=16,topk=4,window=2048", "--reference",
+                             str(ref), "--server-log", str(log), "--out", str(out)],
+                            capture_output=True, text=True, cwd=REPO_ROOT, timeout=300, check=False)
     assert second.returncode == 1
-    assert "speculative_ddtree_budget" in second.stdout
+    assert "speculative_ddtree_budget" in second.stdout and "server log: 1 lines scanned, clean" in second.stdout
     data = json.loads(out.read_text())
     assert data["lossless"]["passed"] is True and data["config_echo"]["passed"] is False
-    usage = subprocess.run([*common, "--expect", "budget=0"], capture_output=True, text=True, cwd=REPO_ROOT,
-                           timeout=60, check=False)
+    log.write_text("[2026-05-09 10:00:01 TP0] RuntimeError: DDTree KV window overrun: batch row 0 would write ...\n")
+    third = subprocess.run([*common, "--url", tree.url, "--expect", "budget=8,topk=4,window=2048", "--reference",
+                            str(ref), "--server-log", str(log)],
+                           capture_output=True, text=True, cwd=REPO_ROOT, timeout=300, check=False)
+    assert third.returncode == 1 and "lossless:    FAIL server_log" in third.stdout, third.stdout
+    usage = subprocess.run([*common, "--url", tree.url, "--expect", "budget=0"], capture_output=True, text=True,
+                           cwd=REPO_ROOT, timeout=60, check=False)
     assert usage.returncode == 2
     assert "budget" in usage.stderr
+
+
+def test_cli_without_isolation_refuses_unless_allowed(engine_factory: Factory, tmp_path: Path) -> None:
+    """bwrap and unshare really absent from PATH: refused (exit 4) before a request; with --allow-unisolated the
+    candidates are judged in mode none and the result and the printed summary say so."""
+    eng = engine_factory(DET)
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    env = {**os.environ, "PATH": str(empty), "PYTHONPATH": str(REPO_ROOT)}
+    common = [sys.executable, "-m", "repro_py.gates", "--url", eng.url, "--expect", "algorithm=none",
+              "--lossless-tokens", "8"]
+    served = int(eng.get_json("/server_info")["sim"]["generation_requests"])
+    refused = subprocess.run(common, capture_output=True, text=True, cwd=REPO_ROOT, timeout=120, check=False, env=env)
+    assert refused.returncode == 4, refused.stdout + refused.stderr
+    assert "refusing to judge candidate code" in refused.stderr and "apt-get install bubblewrap" in refused.stderr
+    assert int(eng.get_json("/server_info")["sim"]["generation_requests"]) == served  # not one request was sent
+    out = tmp_path / "gates.json"
+    allowed = subprocess.run([*common, "--allow-unisolated", "--out", str(out)], capture_output=True, text=True,
+                             cwd=REPO_ROOT, timeout=300, check=False, env=env)
+    assert allowed.returncode == 0, allowed.stdout + allowed.stderr
+    assert "sandbox:     none (UNISOLATED: allowed by --allow-unisolated)" in allowed.stdout
+    data = json.loads(out.read_text())
+    assert data["isolation"] == data["coding"]["isolation_mode"] == "none" and data["coding"]["unisolated_allowed"]
+    assert all(p["sandbox"]["isolation"].startswith("none (UNISOLATED") for p in data["coding"]["problems"])

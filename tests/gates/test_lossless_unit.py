@@ -34,6 +34,7 @@ def test_compare_properties(a: list[int], b: list[int]) -> None:
 
 
 def test_reference_shape() -> None:
-    ref = make_reference({"capital": [1, 2]}, max_new_tokens=16, source="baseline")
+    ref = make_reference({"capital": [1, 2]}, max_new_tokens=16, source="baseline", deterministic=True)
     assert ref["prompts"] == {"capital": dict(PROMPTS)["capital"]}
-    assert ref["outputs"] == {"capital": [1, 2]} and ref["max_new_tokens"] == 16 and ref["schema"] == 1
+    assert ref["outputs"] == {"capital": [1, 2]} and ref["max_new_tokens"] == 16 and ref["schema"] == 2
+    assert ref["algorithm"] == "none" and ref["deterministic"] is True and ref["ignore_eos"] is True

@@ -4,8 +4,8 @@ sources; test_overlay.py holds it to that list), with the API key in Ansible Vau
 0.0.0.0 bind in the test host's own network namespace (reached at 10.89.117.10, never on loopback) and TLS off.
 
 On each: site.yml; a sweep of 4 configs, one of which fails (ct200's to start, b300's its lossless gate); the
-tuner with a 2-restart budget (the baseline, then the restore of the inventory's config);
-collect.yml; the gates and the benchmark by hand with the key from the vault. Neither key may appear in a
+tuner with the smallest budget it accepts, 5 restarts (the baseline, the inventory's config twice, one candidate, the
+restore); collect.yml; the gates and the benchmark by hand with the key from the vault. Neither key may appear in a
 result, plan, log, artifact, the host's journal or any process's command line. ct200 adds the attention-backend
 refusal on its SM120 GPUs and a host leased to another run; b300 runs on B300 stand-ins with the NVSwitch fabric.
 
@@ -61,7 +61,7 @@ def grid(inventory: str) -> dict[str, list[dict[str, object]]]:
 SPACE = {"configs": [{"algorithm": "none"}], "grid": {"algorithm": ["ddtree"], "budget": [5, 8], "topk": [4],
                                                       "window": [2048], "block_size": [8]}}  # fmt: skip
 BENCH = ["--bench-contexts", "60", "--bench-concurrency", "1", "--repeats", "1", "--max-tokens", "32"]
-TUNE = ["--objective", "single-stream", "--max-restarts", "2", "--screen-tokens", "16", "--max-tokens", "32",
+TUNE = ["--objective", "single-stream", "--max-restarts", "5", "--screen-tokens", "16", "--max-tokens", "32",
         "--repeats", "1", "--no-write"]  # fmt: skip
 FAST = ["-e", "sglang_service_sim_speed=50"]
 VAULT = ["--vault-password-file", str(PASSWORD_FILE)]
@@ -135,8 +135,8 @@ def rehearse(inventory: str, address: str, results: Path) -> None:
                    str(results), "--run-id", f"rehearsal-tune-{inventory}", *FAST], logs / "tune.log", timeout=1500)
         tuned = results / f"rehearsal-tune-{inventory}"
         assert json.loads((tuned / "configs" / "baseline.json").read_text())["status"] == "ok"
-        assert "restart budget reached: 1 of 2 restarts used plus the final restore" in out, out[-2000:]
-        timed(f"{inventory} tuner (2 restarts)", t)
+        assert "restart budget reached: 4 of 5 restarts used plus the final restore" in out, out[-2000:]
+        timed(f"{inventory} tuner (5 restarts)", t)
 
         t = time.monotonic()
         env_dir = results / f"{inventory}-env"

@@ -295,11 +295,12 @@ def substitute(
 
 def interrupted(session: Session, command: str, clone: str) -> None:
     """The sweep, then Ctrl-C (SIGINT) once its first config's result is written: it must stop resumable (130)."""
+    before = set(session.raw(f"ls -d {clone}/results/*/ 2>/dev/null").stdout.split())  # step 5's sweep
     proc = session.popen(command)
     deadline = time.monotonic() + 900
     while time.monotonic() < deadline:
-        listed = session.raw(f"ls {clone}/results/*/configs/*.json 2>/dev/null | head -1").stdout.strip()
-        if listed:
+        listed = session.raw(f"ls -d {clone}/results/*/configs/*.json 2>/dev/null").stdout.split()
+        if any(path.split("configs/")[0] not in before for path in listed):
             break
         assert proc.poll() is None, f"the sweep ended before its first result:\n{proc.communicate()[0]}"
         time.sleep(1)
@@ -317,14 +318,17 @@ def check_outcome(session: Session, clone: str) -> None:
     checksums = json.loads(session.raw(f"cat {env_dir}/model-checksums.json").stdout)
     revisions = {d["revision"] for d in checksums["dirs"].values()}
     assert revisions == {HF_SHA}, revisions  # collect.yml read the pinned revision the download left
-    state = json.loads(session.raw(f"cat {clone}/results/*/state.json").stdout)
-    assert state["status"] == "complete" and state["restore"]["status"] == "ok", state
+    runs = session.raw(f"ls -d {clone}/results/*/configs | sort").stdout.split()
+    assert len(runs) == 2, runs  # step 5's lossless sweep, then step 7's (Ctrl-C, --resume)
     status = "import json, sys; print([json.load(open(p))[\"status\"] for p in sys.argv[1:]])"
-    statuses = session.raw(f"python3 -c '{status}' {clone}/results/*/configs/*.json").stdout.strip()
-    assert statuses == "['ok', 'ok']", statuses  # both configs, one before Ctrl-C, one after --resume
-    assert session.raw(f"cd {clone}/results && cd $(ls -d */ | grep -v env | head -1) && sha256sum -c --quiet "
-                       "MANIFEST.sha256").returncode == 0  # fmt: skip
+    for configs in runs:
+        run = configs.removesuffix("/configs")
+        state = json.loads(session.raw(f"cat {run}/state.json").stdout)
+        assert state["status"] == "complete" and state["restore"]["status"] == "ok", state
+        statuses = session.raw(f"python3 -c '{status}' {configs}/*.json").stdout.strip()
+        assert statuses == "['ok', 'ok']", statuses  # both configs (step 7: one before Ctrl-C, one after --resume)
+        assert session.raw(f"cd {run} && sha256sum -c --quiet MANIFEST.sha256").returncode == 0
     keys = session.raw("cat ~/.sglang-api-key ~/.sglang-admin-key").stdout
     assert len(keys) == 96
-    leaked = session.raw(f"grep -rlF -e {keys[:48]} -e {keys[48:]} {clone}/results {clone}/lossless-ref.json; true")
+    leaked = session.raw(f"grep -rlF -e {keys[:48]} -e {keys[48:]} {clone}/results; true")
     assert leaked.stdout.strip() == "", leaked.stdout

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import struct
 import subprocess
 import zlib
@@ -75,8 +76,10 @@ def test_summary_lists_failures_with_reasons_and_is_marked_simulated(make_run: C
     assert md.rstrip().endswith(
         "*SIMULATED run (SIMULATED, sim-speed x1: figures are model outputs x1): not a measurement of hardware.*"
     )
-    assert "| ddtree-b16-t4-w2048-bs8 | gate_failed | lossless: 6 of 6 \\| prompts diverge |" in md
-    assert "| ddtree-b48-t8-w2048-bs8 | failed_to_start | the engine exited during startup: CUDA OOM |" in md
+    greedy = "T=0 (greedy), top_p=1"
+    assert f"| ddtree-b16-t4-w2048-bs8 | {greedy} | gate_failed | lossless: 6 of 6 \\| prompts diverge |" in md
+    oom = "the engine exited during startup: CUDA OOM"
+    assert f"| ddtree-b48-t8-w2048-bs8 | {greedy} | failed_to_start | {oom} |" in md
     assert "torch.OutOfMemoryError: CUDA out of memory" in md  # the journal excerpt
     assert "| single-stream latency | ddtree-b8-t4-w2048-bs8 | 150.0 |" in md
     assert "| throughput at high concurrency | ddtree-b4-t4-w2048-bs8 | 897.0 |" in md
@@ -136,8 +139,8 @@ def test_sim_speed_is_stated_in_every_plot_title_the_summary_and_the_csv(
     md = paths["summary_md"].read_text()
     assert "| engine | SIMULATED, sim-speed x10, version 0.5.23 |" in md
     assert f"> **{note}.**" in md and "MIXED" not in md
-    assert "| ddtree-b8-t4-w2048-bs8 (SIMULATED x10) | ok | pass |" in md
-    assert "| ddtree-b48-t8-w2048-bs8 (SIMULATED x10) | failed_to_start |" in md
+    assert "| ddtree-b8-t4-w2048-bs8 (SIMULATED x10) | T=0 (greedy), top_p=1 | ok | pass |" in md
+    assert "| ddtree-b48-t8-w2048-bs8 (SIMULATED x10) | T=0 (greedy), top_p=1 | failed_to_start |" in md
     assert "| single-stream latency | ddtree-b8-t4-w2048-bs8 | 150.0 |" in md
     rows = list(csv.DictReader(io.StringIO(paths["summary_csv"].read_text())))
     assert [(r["engine"], r["sim_speed"]) for r in rows] == [("SIMULATED", "10")] * 6
@@ -226,7 +229,7 @@ def test_empty_and_odd_inputs_still_render(make_run: Callable[..., Path]) -> Non
     ]  # fmt: skip
     paths = build_report(make_run("odd", results=failed_only))
     md = paths["summary_md"].read_text()
-    assert "| ddtree-b8-t4-w2048-bs8 | failed_to_start | boom line two |" in md
+    assert "| ddtree-b8-t4-w2048-bs8 | T=0 (greedy), top_p=1 | failed_to_start | boom line two |" in md
     assert "no config passed the gates" in md
     for name in ("tps_vs_concurrency", "acceptance_vs_budget", "pareto"):
         png_text(paths[name])
@@ -237,3 +240,28 @@ def test_pareto_front_and_md_cell() -> None:
     assert [p[0] for p in pareto_front(pts)] == ["a", "b", "d"]
     assert md_cell("x | y\nz") == "x \\| y z"
     assert md_cell(None) == "-"
+
+
+def test_the_sandbox_mode_and_the_lossless_verdicts_are_shown(make_run: Callable[..., Path]) -> None:
+    """A run judged with --allow-unisolated says so in its header and per config; lossless verdicts show."""
+    docs = standard_results()
+    for doc in docs:
+        gates = doc["gates"]
+        gates["coding"].update(isolation_mode="none", pass_count=14, total=14)
+        gates["lossless"].update(verdict="lossless" if gates["lossless"]["passed"] else "diverged",
+                                 server_log={"scanned": True, "passed": True})
+    docs[0]["gates"]["lossless"]["verdict"] = "reference"
+    run = make_run(results=docs)
+    plan = json.loads((run / "plan.json").read_text())
+    plan["sandbox"] = {"mode": "none", "description": "none (UNISOLATED ...)", "unisolated_allowed": True}
+    (run / "plan.json").write_text(json.dumps(plan))
+    summary = build_report(run)["summary_md"].read_text()
+    assert "| coding sandbox | none (**UNISOLATED**, allowed by `--allow-unisolated`" in summary
+    assert (
+        "| ddtree-b8-t4-w2048-bs8 | T=0 (greedy), top_p=1 | pass | lossless | clean | 14/14 | none (UNISOLATED) |"
+        in summary
+    )
+    assert "| baseline | T=0 (greedy), top_p=1 | pass | reference | clean | 14/14 | none (UNISOLATED) |" in summary
+    rows = {r["label"]: r for r in csv.DictReader(io.StringIO((run / "summary.csv").read_text()))}
+    assert rows["ddtree-b8-t4-w2048-bs8"]["sandbox"] == "none"
+    assert rows["ddtree-b16-t4-w2048-bs8"]["lossless_verdict"] == "diverged"

@@ -42,7 +42,9 @@ def test_a_failed_cell_and_its_failed_repeat_are_listed_with_reasons_and_give_no
     paths = build_report(run_dir)
     text = paths["summary_md"].read_text()
     section = text.split("## Failed cells and repeats")[1].split("## Failed configs")[0]
-    assert "| ddtree-b12-t6-w2048-bs8 | 60 | 1 | 1/2 | 1/2 repeats failed (excluded from every figure)" in section
+    greedy = "T=0 (greedy), top_p=1"
+    assert f"| ddtree-b12-t6-w2048-bs8 | {greedy} | 60 | 1 | 1/2 | 1/2 repeats failed (excluded from every figure)" \
+        in section
     assert "| repeat 1 failed | 4/4 requests failed: 4/4 requests failed (error budget 0); first: finish_reason" \
         in section
     assert "1797.8" not in text.split("## Results")[1].split("## Failed cells")[0]

@@ -1,16 +1,15 @@
 """A DDTree engine refuses per request what the patched server refuses (patch 0010), with its messages.
 
 The reference is the patch itself: ``ddtree_request_refusal`` is read out of
-``patches/sglang/0.5.23/0010-*.patch`` and run on the same sampling settings as
-``repro_py.simengine.ddtree_refusals.refusal``, so the simulated engine cannot
-drift from the series. Over HTTP, a refused request is a 400 in each endpoint's
-error shape and the engine keeps serving greedy requests.
+``patches/sglang/0.5.23/0010-*.patch`` and run on the same normalized sampling
+parameters as ``repro_py.simengine.ddtree_refusals.refusal``, so the simulated
+engine cannot drift from the series. Over HTTP, a refused request is a 400 in
+each endpoint's error shape and the engine keeps serving greedy requests.
 """
 
 from __future__ import annotations
 
 import json
-import types
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any, Optional
 
 import pytest
 
-from repro_py.simengine import ddtree_refusals
+from repro_py.simengine import ddtree_refusals, sampling, tokenizer
 from repro_py.simengine.testing import Engine
 from tests.simengine.test_http import KEY, MODEL
 
@@ -38,21 +37,13 @@ def _patched_refusal() -> Any:
     return namespace["ddtree_request_refusal"]
 
 
-def _normalized(fields: dict[str, Any]) -> types.SimpleNamespace:
-    """sglang's SamplingParams after normalize(): default temperature 1.0 and top_k -1; greedy -> top_k 1."""
-    sp = {
-        "temperature": 1.0,
-        "top_k": -1,
-        "frequency_penalty": 0.0,
-        "presence_penalty": 0.0,
-        "repetition_penalty": 1.0,
-        "min_new_tokens": 0,
-        "custom_params": None,
-    }
-    sp.update({k: v for k, v in fields.items() if k != "custom_logit_processor"})
-    if sp["temperature"] < 1e-6:
-        sp["top_k"] = 1
-    return types.SimpleNamespace(**sp)
+def _normalized(fields: dict[str, Any]) -> sampling.SamplingParams:
+    """The engine's SamplingParams after construction, normalize and verify (checked against sglang's own
+    class, end to end, by test_request_parity.py)."""
+    sp = sampling.SamplingParams.build({k: v for k, v in fields.items() if k != "custom_logit_processor"})
+    sp.normalize()
+    sp.verify(tokenizer.VOCAB_SIZE)
+    return sp
 
 
 CASES: list[dict[str, Any]] = [
@@ -65,16 +56,24 @@ CASES: list[dict[str, Any]] = [
     {"temperature": 0, "presence_penalty": -0.2, "repetition_penalty": 1.1},
     {"temperature": 0, "min_new_tokens": 4},
     {"temperature": 0, "regex": "[a-z]+"},
-    {"temperature": 0, "json_schema": "{}", "ebnf": "root ::= x"},
+    {"temperature": 0, "ebnf": "root ::= x"},
+    {"temperature": 0, "json_schema": "{}"},
     {"temperature": 0, "custom_params": {"thinking_budget": 64}},
     {"temperature": 0, "custom_logit_processor": "serialized"},
+    {"temperature": 1},  # as /generate sends it: printed as sent (1, not 1.0)
+    {"temperature": 0, "frequency_penalty": 1},
+    {"temperature": 0, "watermark": {"key": "k"}},
+    {"temperature": 0.5, "top_k": 40},
+    {"temperature": 1e-7},  # below sglang's epsilon: greedy
 ]
 
 
 @pytest.mark.parametrize("fields", CASES, ids=[json.dumps(c, sort_keys=True) for c in CASES])
 def test_the_engine_refuses_exactly_what_the_patch_refuses(fields: dict[str, Any]) -> None:
-    expected = _patched_refusal()(_normalized(fields), custom_logit_processor=fields.get("custom_logit_processor"))
-    assert ddtree_refusals.refusal(fields) == expected
+    sp = _normalized(fields)
+    processor = fields.get("custom_logit_processor")
+    expected = _patched_refusal()(sp, custom_logit_processor=processor)
+    assert ddtree_refusals.refusal(sp, custom_logit_processor=processor) == expected
 
 
 def _post(eng: Engine, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:

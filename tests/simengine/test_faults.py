@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.error
 import urllib.request
 from typing import Any
 
@@ -36,6 +37,17 @@ def greedy_text(eng: Engine, max_tokens: int = 120) -> str:
     c = openai.OpenAI(base_url=eng.url + "/v1", api_key="x", max_retries=0)
     r = c.chat.completions.create(model="m", messages=PROMPT, max_tokens=max_tokens, temperature=0)
     return r.choices[0].message.content or ""
+
+
+def post_raw(eng: Engine, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
+    req = urllib.request.Request(
+        eng.url + path, data=json.dumps(body).encode(), method="POST", headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
 
 
 def test_crash_on_load_exits_nonzero_explaining_itself(engine_factory: EngineFactory) -> None:
@@ -72,6 +84,33 @@ def test_crash_after_n_requests(engine_factory: EngineFactory) -> None:
         greedy_text(eng, 10)
     assert eng.wait_exit(5) == 1
     assert "SIMULATED fault crash-after:2" in eng.log()
+
+
+def test_refused_requests_do_not_count_toward_crash_after(engine_factory: EngineFactory) -> None:
+    """Only a request sglang admits counts: every layer's 400 (the request model, the serving layer, the
+    sampling parameters, the context length, the DDTree refusal, the /generate contract) leaves the count."""
+    eng = engine_factory([*DDTREE_B8, *FAST, "--sim-speed", "50", "--sim-fault", "crash-after:1"])
+    eng.wait_ready(10)
+    msgs = [{"role": "user", "content": "Describe a tree."}]
+    refused = [
+        ("/v1/chat/completions", {"messages": msgs, "max_tokens": -1}),
+        ("/v1/chat/completions", {"messages": msgs, "max_tokens": 8, "temperature": -1}),
+        ("/v1/chat/completions", {"messages": msgs, "max_tokens": 300000, "temperature": 0}),
+        ("/v1/chat/completions", {"messages": msgs, "max_tokens": 8}),  # DDTree: temperature 1.0 refused
+        ("/v1/chat/completions", {"messages": [], "max_tokens": 8}),
+        ("/v1/chat/completions", {"messages": msgs, "max_tokens": "many"}),
+        ("/v1/completions", {"prompt": "x", "max_tokens": 0}),
+        ("/generate", {"text": "x", "sampling_params": {"max_new_tokens": -1, "temperature": 0}}),
+        ("/generate", {"text": "x", "sampling_params": {"temperature": "hot"}}),
+    ]
+    for path, body in refused:
+        status, raw = post_raw(eng, path, body)
+        assert status == 400, (path, body, raw[:300])
+    assert eng.get_json("/server_info")["sim"]["generation_requests"] == 0
+    greedy_text(eng, 10)  # the first admitted request is served
+    with pytest.raises(openai.APIConnectionError):
+        greedy_text(eng, 10)  # the second finds the scheduler dead
+    assert eng.wait_exit(5) == 1
 
 
 def test_oom_above_budget_refuses_to_start_only_above_threshold(engine_factory: EngineFactory) -> None:

@@ -40,6 +40,8 @@ CASES: list[list[str]] = [
      "--cuda-graph-backend-prefill", "disabled"],
     ["--model-path", "m", "--tool-call-parser", "no-such-parser"],
     ["--model-path", "m", "--cuda-graph-backend-decode", "off"],
+    ["--model-path", "m", "--enable-deterministic-inference", "--attention-backend", "triton"],
+    ["--model-path", "m", "--enable-deterministic-inference", "yes"],
 ]  # fmt: skip
 
 _PROBE = """

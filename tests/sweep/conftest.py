@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -64,11 +65,14 @@ class FakeReconfigurer:
         self.restores: list[bool] = []
         self.closed = False
         self.journal_invocations: list[str | None] = []
+        self.log: dict[str, list[str]] = {}  # label -> the lines its server logged (the log scan's input)
+        self.current: str | None = None
 
     def reconfigure(
         self, cfg: PlannedConfig, private_dir: Path, cancel: threading.Event, *, restore: bool = False
     ) -> ReconfigureOutcome:
         self.calls.append(cfg.label)
+        self.current = cfg.label
         self.restores.append(restore)
         private_dir.mkdir(parents=True, exist_ok=True)
         (private_dir / "called").write_text(cfg.label, encoding="utf-8")
@@ -95,8 +99,12 @@ class FakeReconfigurer:
             unit_sha256="a" * 64,
         )
 
-    def journal(self, private_dir: Path, lines: int = 40, invocation_id: str | None = None) -> list[str]:
+    def journal(
+        self, private_dir: Path, lines: int = 40, invocation_id: str | None = None, grep: str | None = None
+    ) -> list[str]:
         self.journal_invocations.append(invocation_id)
+        if grep is not None:  # the gates' log scan: the planted lines of the config being served
+            return [ln for ln in self.log.get(self.current or "", []) if re.search(grep, ln)]
         return ["engine: Segmentation fault", "systemd: sglang.service: Main process exited"]
 
     def close(self) -> None:
@@ -148,6 +156,7 @@ class FakeMeasure:
         self.current: str | None = None
         self.references: list[tuple[str, Any]] = []
         self.dead = False
+        self.lossless_reference_from_anyone = False
 
     async def server_info(self, endpoint: Endpoint) -> dict[str, Any]:
         self.dead = False
@@ -171,7 +180,8 @@ class FakeMeasure:
             "config_echo": {"passed": True, "reason": None},
             "passed": not bad,
         }
-        if reference is None and not bad:
+        baseline = cfg.spec.algorithm == "none" or self.lossless_reference_from_anyone
+        if reference is None and not bad and baseline:  # only the baseline makes one
             out["lossless_reference"] = {"source": cfg.label, "outputs": {"p": [1, 2, 3]}}
         return out
 

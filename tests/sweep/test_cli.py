@@ -150,6 +150,16 @@ def test_sigint_mid_sweep_then_resume_end_to_end(tmp_path: Path) -> None:
     assert crashed["failure"]["class"] == "crashed_during_benchmark", crashed["failure"]
     assert crashed["failure"]["journal"]
     assert docs["baseline"]["status"] == "ok" and docs["ddtree-b8-t4-w2048-bs8"]["status"] == "ok"
+    # the oracle: the baseline's outputs, deterministic inference on both sides, the engine's log scanned
+    lossless = docs["ddtree-b8-t4-w2048-bs8"]["gates"]["lossless"]
+    assert lossless["verdict"] == "lossless" and lossless["deterministic"] == {"server": True, "reference": True}
+    assert lossless["server_log"]["scanned"] is True and lossless["server_log"]["passed"] is True
+    assert docs["baseline"]["gates"]["lossless"]["verdict"] == "reference"
+    assert "deterministic inference" in garbled["failure"]["reason"] or "diverge" in garbled["failure"]["reason"]
+    sandbox = json.loads((run_dir / "plan.json").read_text())["sandbox"]
+    assert sandbox["mode"] in ("bwrap", "namespaces") and sandbox["unisolated_allowed"] is False
+    modes = {d["gates"]["coding"]["isolation_mode"] for d in docs.values() if "coding" in (d.get("gates") or {})}
+    assert modes == {sandbox["mode"]}
     assert all(d["engine"]["kind"] == "simulated" for d in docs.values() if d["status"] == "ok")
     # the inventory's sglang_service_sim_speed reached the engines and every figure carries it
     assert {d["engine"]["sim_speed"] for d in docs.values() if d["status"] == "ok"} == {50.0}
@@ -157,8 +167,13 @@ def test_sigint_mid_sweep_then_resume_end_to_end(tmp_path: Path) -> None:
     summary = (run_dir / "summary.md").read_text()
     assert summary.startswith("# SIMULATED")
     assert "**SIMULATED, sim-speed x50: figures are model outputs x50.**" in summary
-    assert "| baseline (SIMULATED x50) | ok | pass |" in summary
-    assert "ddtree-b16-t4-w2048-bs8-fault-mask-offset | gate_failed |" in summary
+    assert "| baseline (SIMULATED x50) | T=0 (greedy), top_p=1 | ok | pass |" in summary
+    assert "ddtree-b16-t4-w2048-bs8-fault-mask-offset | T=0 (greedy), top_p=1 | gate_failed |" in summary
+    assert f"| coding sandbox | {sandbox['mode']}; modes in the results: {sandbox['mode']} |" in summary
+    assert (
+        f"| ddtree-b8-t4-w2048-bs8 | T=0 (greedy), top_p=1 | pass | lossless | clean | 14/14 | {sandbox['mode']} |"
+        in summary
+    )
     for png in ("tps_vs_concurrency", "acceptance_vs_budget", "pareto"):
         assert (run_dir / "plots" / f"{png}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     check = subprocess.run(
@@ -186,3 +201,35 @@ def test_extra_vars_are_typed_and_cannot_set_config_keys() -> None:
     for bad in ("budget=8", "sim_fault=crash-on-load", "sglang_service_report_path=/x", "novalue", "a b=1"):
         with pytest.raises(PlanError):
             cli.parse_extra_vars([bad])
+
+
+def test_a_controller_without_isolation_is_refused_unless_allowed(tmp_path: Path) -> None:
+    """bwrap and unshare really absent from PATH: refused before any restart (exit 4), naming what to install;
+    with --allow-unisolated the sweep runs, judges in mode none and says so in every result and the report."""
+    inv = write_inventory(tmp_path / "inv.yml", grid=GRID[:2])
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    env = {**os.environ, "PATH": str(empty), "PYTHONPATH": str(BUNDLE)}
+    results = tmp_path / "results"
+    args = [sys.executable, "-m", "repro_py.sweep", str(inv), "--reconfigurer", "local", "--results", str(results),
+            "--run-id", "u", "--bench-contexts", "60", "--bench-concurrency", "1", "--repeats", "1", "--max-tokens",
+            "16", "--no-restore"]
+    refused = subprocess.run(args, cwd=BUNDLE, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert refused.returncode == ExitCode.NO_SANDBOX, refused.stdout + refused.stderr
+    assert "the run was refused; nothing was restarted" in refused.stderr
+    assert "bubblewrap is not installed" in refused.stderr and "--allow-unisolated" in refused.stderr
+    assert not results.exists()
+    allowed = subprocess.run([*args, "--allow-unisolated"], cwd=BUNDLE, env=env, capture_output=True, text=True,
+                             timeout=600, check=False)
+    assert allowed.returncode == ExitCode.OK, allowed.stdout + allowed.stderr
+    assert "coding sandbox: none (UNISOLATED, allowed by --allow-unisolated)" in allowed.stdout
+    run_dir = results / "u"
+    docs = [json.loads(p.read_text()) for p in (run_dir / "configs").glob("*.json")]
+    assert len(docs) == 2 and all(d["gates"]["coding"]["isolation_mode"] == "none" for d in docs)
+    assert all(d["gates"]["coding"]["unisolated_allowed"] is True for d in docs)
+    summary = (run_dir / "summary.md").read_text()
+    assert "| coding sandbox | none (**UNISOLATED**, allowed by `--allow-unisolated`" in summary
+    assert (
+        "| ddtree-b8-t4-w2048-bs8 | T=0 (greedy), top_p=1 | pass | lossless | clean | 14/14 | none (UNISOLATED) |"
+        in summary
+    )

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from rich.console import Console
 
+from repro_py.gates import serverlog
 from repro_py.sweep import state
 from repro_py.sweep.reconfigure import journal_command, outcome_from_run
 from repro_py.sweep.runner import SweepOptions, SweepRunner
@@ -17,7 +19,9 @@ CONFIG: dict[str, object] = {"algorithm": "ddtree", "budget": 8, "topk": 4, "win
 class CrashLogReconfigurer(FakeReconfigurer):
     """Ready with invocation ``inv-N``; its journal holds a simulated crash-after fault."""
 
-    def journal(self, private_dir: Path, lines: int = 40, invocation_id: str | None = None) -> list[str]:
+    def journal(
+        self, private_dir: Path, lines: int = 40, invocation_id: str | None = None, grep: str | None = None
+    ) -> list[str]:
         self.journal_invocations.append(invocation_id)
         return ["host sglang[9]: RuntimeError: SIMULATED fault crash-after:20: the scheduler died"]
 
@@ -44,6 +48,9 @@ def test_the_sweeps_journal_query_selects_one_invocation() -> None:
     assert "_SYSTEMD_INVOCATION_ID=0123abcd + INVOCATION_ID=0123abcd" in cmd and "-u " not in cmd
     assert journal_command("sglang.service", 40, None).endswith("-u sglang.service")
     assert "-u sglang.service" in journal_command("sglang.service", 40, "x; rm -rf /")
+    scan = journal_command("sglang.service", 200, "0123abcd", grep=serverlog.PATTERN)
+    argv = shlex.split(scan)  # as the command module splits it: the pattern is one argument, unmangled
+    assert argv[argv.index("--grep") + 1] == serverlog.PATTERN and "_SYSTEMD_INVOCATION_ID=0123abcd" in argv
 
 
 def test_a_rolled_back_config_is_fingerprinted_with_the_unit_that_failed() -> None:

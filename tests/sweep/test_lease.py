@@ -56,7 +56,7 @@ def _sweep(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runner: FakeRunner, measure: FakeMeasure, *extra: str
 ) -> int:
     monkeypatch.setattr(ansible_runner, "run", runner)
-    monkeypatch.setattr(cli, "BundleMeasure", lambda: measure)
+    monkeypatch.setattr(cli, "BundleMeasure", lambda **kw: measure)
     inv = write_inventory(tmp_path / "inv.yml", grid=GRID)
     return cli.main([str(inv), "--results", str(tmp_path / "results"), "--run-id", "r1", "--no-report", *extra])
 

@@ -108,15 +108,36 @@ async def test_no_restore(tmp_path: Path) -> None:
     assert outcome.restore == {"status": "skipped", "reason": "--no-restore"}
 
 
-async def test_first_passing_config_is_the_reference_without_a_baseline(tmp_path: Path) -> None:
+async def test_without_a_baseline_no_config_becomes_the_reference(tmp_path: Path) -> None:
+    """The old loop made the first passing config the reference and compared the others with it: a
+    speculative config judged by another one. Only the baseline's outputs are a reference."""
     grid = [g for g in GRID if g.get("algorithm") != "none"]
     plan = make_plan(grid, tmp_path=tmp_path)
     run_dir = state.RunDir(tmp_path / "results" / "r1")
-    measure = FakeMeasure(gate_fail={"ddtree-b8-t4-w2048-bs8"})  # the first one garbles
+    measure = FakeMeasure()
+    measure.lossless_reference_from_anyone = True  # even a measure that offers one: the loop keeps none
     await _runner(plan, run_dir, FakeReconfigurer(), measure).run()
-    assert measure.references[0] == ("ddtree-b8-t4-w2048-bs8", None)
-    assert measure.references[1] == ("ddtree-b16-t4-w2048-bs8", None)
-    assert all(src == "ddtree-b16-t4-w2048-bs8" for _, src in measure.references[2:])
+    assert measure.references and all(src is None for _, src in measure.references)
+    assert not run_dir.lossless_reference.exists()
+
+
+async def test_the_server_log_fails_a_config_whose_outputs_matched(tmp_path: Path) -> None:
+    """The invocation's journal shows the KV-window invariant: gate_failed, whatever the outputs said."""
+    plan = make_plan(GRID[:2], tmp_path=tmp_path)
+    run_dir = state.RunDir(tmp_path / "results" / "r1")
+    rec = FakeReconfigurer()
+    label = plan.configs[1].label
+    rec.log[label] = ["INFO decode", "RuntimeError: DDTree KV window overrun: batch row 1 would write KV slots 9..17"]
+    await _runner(plan, run_dir, rec, FakeMeasure(), restore=False).run()
+    doc = json.loads(run_dir.result(label).read_text())
+    assert doc["status"] == "failed" and doc["failure"]["class"] == "gate_failed"
+    assert "KV-window invariant failing" in doc["failure"]["reason"]
+    assert doc["gates"]["lossless"]["server_log"]["scanned"] is True
+    base = json.loads(run_dir.result(plan.configs[0].label).read_text())
+    assert base["gates"]["lossless"]["server_log"] == {
+        "scanned": True, "source": "journal of invocation inv-1", "lines": 0, "invariant": [], "tracebacks": [],
+        "passed": True, "reason": None,
+    }
 
 
 async def test_interrupt_then_resume_does_not_repeat_finished_configs(tmp_path: Path) -> None:
@@ -244,5 +265,5 @@ async def test_a_config_the_measure_does_not_gate_is_ok_but_never_a_winner(tmp_p
     assert skipped["gates"] == {"skipped": True, "passed": False, "reason": "not gated: dropped at the screen"}
     build_report(run_dir.path)
     summary = (run_dir.path / "summary.md").read_text()
-    assert "| ddtree-b16-t4-w2048-bs8 (SIMULATED x1) | ok | not run |" in summary
+    assert "| ddtree-b16-t4-w2048-bs8 (SIMULATED x1) | T=0 (greedy), top_p=1 | ok | not run |" in summary
     assert "| single-stream latency | ddtree-b8-t4-w2048-bs8 |" in summary
