@@ -1,8 +1,10 @@
 """Correctness gates run on the same server instance as the benchmark.
 
 ``run_gates(endpoint, expected, lossless_reference)`` runs the config echo,
-the losslessness comparison and the coding eval, and returns
-``{"coding": {...}, "lossless": {...}, "config_echo": {...}, "isolation": mode, "passed": bool}``.
+the losslessness comparison (greedy, token for token), the sampled losslessness
+check (in distribution, ``gates.sampled``) and the coding eval, and returns
+``{"coding": {...}, "lossless": {...}, "sampled": {...}, "config_echo": {...}, "isolation": mode,
+"passed": bool}``.
 Without an isolating sandbox for the coding gate it raises
 ``repro_py.codeeval.sandbox.IsolationUnavailable`` before any request, unless
 ``allow_unisolated`` is given.
@@ -23,6 +25,7 @@ from repro_py.endpoint import Endpoint
 from repro_py.gates.coding import DEFAULT_MAX_TOKENS, DEFAULT_MIN_PASS_RATE, run_coding
 from repro_py.gates.echo import echo_result
 from repro_py.gates.lossless import BASELINE, DEFAULT_MAX_NEW_TOKENS, run_lossless
+from repro_py.gates.sampled import DEFAULT_SAMPLES, run_sampled
 from repro_py.spec_config import SpecConfig
 
 __all__ = ["run_gates"]
@@ -39,13 +42,17 @@ async def run_gates(
     problems: list[Problem] | None = None,
     session: aiohttp.ClientSession | None = None,
     allow_unisolated: bool = False,
+    sampled_reference: Mapping[str, Any] | None = None,
+    sampled_samples: int = DEFAULT_SAMPLES,
 ) -> dict[str, Any]:
-    """Run all three gates; ``passed`` is true only if each one passed.
+    """Run all four gates; ``passed`` is true only if each one passed.
 
     ``lossless_reference`` is the baseline's reference as built by ``gates.lossless.make_reference``
     (or ``None``: the baseline's outputs then become the reference, found in
     ``result["lossless"]["output_ids"]``; a speculative config is not judged). Whether the server runs
-    deterministic inference is read from its ``/server_info``.
+    deterministic inference is read from its ``/server_info``. ``sampled_reference`` is the baseline's
+    samples (``gates.sampled.make_reference``; ``None``: the baseline's samples are in
+    ``result["sampled"]["samples"]``), ``sampled_samples`` the sampled gate's samples per prompt.
     """
     mode = await asyncio.to_thread(require_isolation, allow_unisolated=allow_unisolated)  # refuse before a request
     own = session is None
@@ -64,6 +71,9 @@ async def run_gates(
             session, endpoint, lossless_reference, baseline=expected.algorithm == BASELINE, deterministic=deterministic,
             max_new_tokens=lossless_max_new_tokens,
         )
+        sampled = await run_sampled(
+            session, endpoint, sampled_reference, baseline=expected.algorithm == BASELINE, samples=sampled_samples
+        )
         coding = await run_coding(
             session, endpoint, problems, max_tokens=coding_max_tokens, min_pass_rate=min_coding_pass_rate,
             allow_unisolated=allow_unisolated,
@@ -74,7 +84,8 @@ async def run_gates(
     return {
         "coding": coding,
         "lossless": lossless,
+        "sampled": sampled,
         "config_echo": echo,
         "isolation": mode,
-        "passed": bool(coding["passed"] and lossless["passed"] and echo["passed"]),
+        "passed": bool(coding["passed"] and lossless["passed"] and sampled["passed"] and echo["passed"]),
     }

@@ -96,6 +96,7 @@ def context(
         "winner_groups": _winner_groups(winners),
         "samplings": [s.text for s in run.samplings],
         "mixed_samplings": run.mixed_samplings,
+        "sampled_gate": tables.sampled_gate_text(run),
         "plot_sets": [
             {
                 "sampling": s.text,

@@ -251,15 +251,31 @@ def gates_state(result: Mapping[str, Any]) -> str:
     return "not run" if result.get("status") == "ok" and gates.get("skipped") is True else "FAIL"
 
 
+def sampled_gate_text(run: Run) -> str:
+    """The setting the results' sampled gates sampled at ("T=1, top_p=0.9"; several joined; "-" when none ran)."""
+    found = []
+    for result in run.results:
+        setting = ((result.get("gates") or {}).get("sampled") or {}).get("setting")
+        if isinstance(setting, Mapping):
+            found.append(Sampling(float(setting.get("temperature", 0.0)), float(setting.get("top_p", 1.0))))
+    return " / ".join(s.text for s in sampling_settings.distinct(found)) or "-"
+
+
 def gate_details(result: Mapping[str, Any]) -> dict[str, Any]:
-    """The lossless verdict, the coding score and the sandbox mode its candidates were judged in ("-": not run)."""
+    """The lossless verdict, the sampled gate's verdict (and p-value), the coding score and the sandbox mode its
+    candidates were judged in ("-": not run)."""
     gates = result.get("gates") or {}
     lossless = gates.get("lossless") if isinstance(gates.get("lossless"), Mapping) else {}
+    sampled = gates.get("sampled") if isinstance(gates.get("sampled"), Mapping) else {}
+    p_value = (sampled or {}).get("p_value")
     coding = gates.get("coding") if isinstance(gates.get("coding"), Mapping) else {}
     log = (lossless or {}).get("server_log") or {}
     return {
         "lossless_verdict": (lossless or {}).get("verdict") or "-",
         "lossless_reason": (lossless or {}).get("reason"),
+        "sampled_verdict": ((sampled or {}).get("verdict") or "-") + (f" (p={p_value:.3g})" if p_value else ""),
+        "sampled_reason": (sampled or {}).get("reason"),
+        "sampled_passed": (sampled or {}).get("passed"),
         "server_log": ("clean" if log.get("passed") else "NOT clean") if log.get("scanned") else "not scanned",
         "coding_score": f"{coding.get('pass_count')}/{coding.get('total')}" if coding else "-",
         "sandbox": (coding or {}).get("isolation_mode") or "-",

@@ -383,7 +383,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             plan,
             run_dir,
             reconfigurer,
-            BundleMeasure(gates_kwargs={"allow_unisolated": args.allow_unisolated}),
+            BundleMeasure(
+                gates_kwargs={"allow_unisolated": args.allow_unisolated}, sampled_reference=run_dir.sampled_reference
+            ),
             bundle=bundle,
             options=SweepOptions(restore=not args.no_restore, retry_failed=args.retry_failed),
             console=console,

@@ -8,17 +8,21 @@ implements it with :mod:`repro_py.bench` (``run_matrix``) and
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Protocol
 
 import aiohttp
 
 from repro_py import gates as gates_mod
+from repro_py.atomicio import write_json_atomic
 from repro_py.bench.matrix import BenchSettings, run_matrix
 from repro_py.bench.server_info import fetch_server_info
 from repro_py.codeeval.sandbox import isolation_in_force, require_isolation
 from repro_py.endpoint import Endpoint
-from repro_py.gates.lossless import make_reference
+from repro_py.gates import sampled as sampled_gate
+from repro_py.gates.lossless import BASELINE, make_reference
 from repro_py.sweep.benchplan import BenchPlan
 from repro_py.sweep.grid import PlannedConfig
 
@@ -78,10 +82,34 @@ def _engine_block(summary: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class BundleMeasure:
-    """The bundle's own benchmark and gates."""
+    """The bundle's own benchmark and gates.
 
-    def __init__(self, *, gates_kwargs: Mapping[str, Any] | None = None) -> None:
+    ``sampled_reference``: the run's file of the baseline's samples for the sampled gate
+    (``sampled-reference.json``): read before each config's gates, written (atomically, once) when
+    the baseline's sampled gate made one, so ``--resume`` judges later configs against it.
+    """
+
+    def __init__(self, *, gates_kwargs: Mapping[str, Any] | None = None, sampled_reference: Path | None = None) -> None:
         self.gates_kwargs = dict(gates_kwargs or {})
+        self.sampled_path = sampled_reference
+        self._sampled: Mapping[str, Any] | None = None
+
+    def _sampled_reference(self) -> Mapping[str, Any] | None:
+        if self._sampled is None and self.sampled_path is not None and self.sampled_path.is_file():
+            doc = json.loads(self.sampled_path.read_text(encoding="utf-8"))
+            ref = doc.get("reference") if isinstance(doc, dict) else None
+            self._sampled = ref if isinstance(ref, Mapping) else None
+        return self._sampled
+
+    def _keep_sampled(self, cfg: PlannedConfig, sampled: dict[str, Any], reference: Mapping[str, Any] | None) -> None:
+        """The baseline's samples become the run's sampled reference (never kept in a config's result)."""
+        made = sampled.pop("samples", None)
+        if reference is not None or cfg.spec.algorithm != BASELINE or not isinstance(made, dict):
+            return
+        self._sampled = sampled_gate.make_reference({**sampled, "samples": made}, source=cfg.label)
+        if self.sampled_path is not None:
+            doc = {"label": cfg.label, "config": cfg.short(), "reference": self._sampled}
+            write_json_atomic(self.sampled_path, doc)
 
     async def server_info(self, endpoint: Endpoint) -> dict[str, Any]:
         async with aiohttp.ClientSession() as session:
@@ -100,8 +128,11 @@ class BundleMeasure:
         self, endpoint: Endpoint, cfg: PlannedConfig, reference: Mapping[str, Any] | None
     ) -> dict[str, Any]:
         run_gates: Any = gates_mod.run_gates
-        call = run_gates(endpoint, cfg.spec, reference, **self.gates_kwargs)
+        sampled_ref = self._sampled_reference()
+        call = run_gates(endpoint, cfg.spec, reference, sampled_reference=sampled_ref, **self.gates_kwargs)
         result: dict[str, Any] = await call if inspect.isawaitable(call) else call
+        if isinstance(result.get("sampled"), dict):
+            self._keep_sampled(cfg, result["sampled"], sampled_ref)
         lossless = result.get("lossless") or {}
         made = lossless.get("verdict") == "reference" and isinstance(lossless.get("output_ids"), dict)
         if reference is None and made:

@@ -6,6 +6,7 @@
     state.json                 running | interrupted | complete, with timestamps
     configs/<label>.json       one result per finished config (schema 1, atomic)
     lossless-reference.json    the outputs every later config must reproduce
+    sampled-reference.json     the baseline's samples every later config's distribution is compared with
     runner/<label>/            ansible-runner private data dir (artifacts, events)
     runner/restore-default/    the final restore of the inventory's default config
     summary.md summary.csv plots/*.png MANIFEST.sha256
@@ -62,6 +63,10 @@ class RunDir:
     @property
     def lossless_reference(self) -> Path:
         return self.path / "lossless-reference.json"
+
+    @property
+    def sampled_reference(self) -> Path:
+        return self.path / "sampled-reference.json"
 
     def result(self, label: str) -> Path:
         return self.configs / f"{label}.json"

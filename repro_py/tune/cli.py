@@ -364,10 +364,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not run_dir.plan.is_file():
         write_json_atomic(run_dir.plan, plan_doc)
 
-    loop = TuneLoop(
-        plan, search, run_dir, reconfigurer, BundleMeasure(gates_kwargs={"allow_unisolated": args.allow_unisolated}),
-        bundle=bundle, budget=settings.budget, console=console,
+    measure = BundleMeasure(
+        gates_kwargs={"allow_unisolated": args.allow_unisolated}, sampled_reference=run_dir.sampled_reference
     )
+    loop = TuneLoop(plan, search, run_dir, reconfigurer, measure, bundle=bundle, budget=settings.budget,
+                    console=console)
     finished = (
         args.resume
         and run_dir.read_state().get("status") == STATE_COMPLETE
