@@ -34,6 +34,7 @@ import aiohttp
 
 from repro_py.endpoint import Endpoint
 from repro_py.gates.distribution import Outcome, same_distribution
+from repro_py.gates.lossless import LosslessError, generate_ids
 from repro_py.gates.lossless_prompts import PROMPTS as GREEDY_PROMPTS
 
 __all__ = ["PROMPTS", "make_reference", "reference_problem", "run_sampled"]
@@ -41,7 +42,7 @@ __all__ = ["PROMPTS", "make_reference", "reference_problem", "run_sampled"]
 DEFAULT_TEMPERATURE = 1.0  # what the OpenAI client's default request gets (sglang's default)
 DEFAULT_TOP_P = 0.9  # top-p exercised too (it is applied to the verify logits)
 DEFAULT_TOKENS = 6
-DEFAULT_SAMPLES = 100  # per prompt and side
+DEFAULT_SAMPLES = 150  # per prompt and side
 DEFAULT_CONCURRENCY = 64
 ALPHA = 0.001
 FALSE_ALARM_RATE = ALPHA
@@ -61,26 +62,8 @@ NO_BASELINE = (
 )
 
 
-class SampledError(RuntimeError):
-    pass
-
-
 def _setting(temperature: float, top_p: float, tokens: int) -> dict[str, Any]:
     return {"temperature": temperature, "top_p": top_p, "max_new_tokens": tokens, "ignore_eos": True}
-
-
-async def _one(session: aiohttp.ClientSession, endpoint: Endpoint, text: str, params: dict[str, Any]) -> list[int]:
-    async with session.post(
-        endpoint.url("/generate"), json={"text": text, "sampling_params": params}, headers=endpoint.headers(),
-        timeout=aiohttp.ClientTimeout(total=600),
-    ) as resp:
-        if resp.status != 200:
-            raise SampledError(f"POST /generate returned HTTP {resp.status}: {(await resp.text())[:300]!r}")
-        reply: Any = await resp.json(content_type=None)
-    ids = reply.get("output_ids") if isinstance(reply, dict) else None
-    if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids):
-        raise SampledError("POST /generate reply has no output_ids list")
-    return [int(t) for t in ids]
 
 
 async def _sample_all(
@@ -92,7 +75,7 @@ async def _sample_all(
 
     async def one(text: str) -> list[int]:
         async with gate:
-            return await _one(session, endpoint, text, params)
+            return await generate_ids(session, endpoint, text, max_new_tokens=params["max_new_tokens"], sampling=params)
 
     plan = [p for _ in range(samples) for p in prompts]
     results = await asyncio.gather(*(one(text) for _, text in plan), return_exceptions=True)
@@ -100,7 +83,7 @@ async def _sample_all(
     errors: list[str] = []
     for (pid, _), result in zip(plan, results, strict=True):
         if isinstance(result, BaseException):
-            if not isinstance(result, SampledError | aiohttp.ClientError | TimeoutError):
+            if not isinstance(result, LosslessError | aiohttp.ClientError | TimeoutError):
                 raise result
             errors.append(f"{pid}: {result}")
         else:

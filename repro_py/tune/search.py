@@ -2,7 +2,7 @@
 
 Within a restart, :meth:`Search.judge` applies the racing rule of
 :mod:`repro_py.tune.ladder` per objective and the SLOs after every rung; a
-config that survives the last rung is gated (coding, lossless, config echo)
+config that survives the last rung is gated (coding, lossless, sampled, config echo)
 before it can win (:meth:`Search.wants_gates`), and :meth:`Search.finish`
 records how it ended from its result file (also what ``--resume`` replays).
 Which config to restart next is :mod:`repro_py.tune.proposals`.
