@@ -36,7 +36,7 @@ from repro_py.exitcodes import ExitCode
 from repro_py.report.render import build_report
 from repro_py.sampling_settings import Sampling
 from repro_py.simengine.testing import free_port
-from repro_py.sweep import extravars, state
+from repro_py.sweep import extravars, lossless_restart, state
 from repro_py.sweep.benchplan import BenchPlan
 from repro_py.sweep.errors import PlanError
 from repro_py.sweep.estimate import estimate_basis, format_duration
@@ -95,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(default 1)",
     )  # fmt: skip
     p.add_argument("--limit-hosts", metavar="HOST", help="the inventory host (or group) to sweep when it has several")
+    add_lossless_restart(p)
     p.add_argument(
         "--reconfigurer",
         choices=("ansible", "local"),
@@ -125,6 +126,16 @@ def build_parser() -> argparse.ArgumentParser:
         "whose process is gone on this controller is taken over without it",
     )
     return p
+
+
+def add_lossless_restart(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        lossless_restart.FLAG, choices=lossless_restart.MODES, default=None,
+        help="separate (default): each config restarted as configured for the benchmark, coding gate and config "
+        "echo, and again with --enable-deterministic-inference for the lossless gate (2 restarts per config; 1 when "
+        "the inventory deploys deterministic inference); shared: one restart per config with deterministic "
+        "inference for everything (every figure labelled so). A resumed run keeps its mode",
+    )  # fmt: skip
 
 
 def parse_extra_vars(items: Sequence[str]) -> dict[str, object]:
@@ -214,11 +225,18 @@ def print_plan(console: Console, plan: Plan, run_id: str) -> None:
         f"grid from {plan.grid_source}; bench {len(b.contexts)} contexts {list(b.contexts)} x "
         f"{len(b.concurrency)} concurrency {list(b.concurrency)} x {b.repeats} repeats, max_tokens {b.max_tokens}"
     )
+    per = int(est.get("restarts_per_config", 1))
+    restarts = f"{per} restarts x " if per > 1 else "restart "
     console.print(
         f"estimated duration: {format_duration(est['total_s'])} "
-        f"(per config: restart {format_duration(est['load_s_per_config'])} + {b.cells} cells x "
+        f"(per config: {restarts}{format_duration(est['load_s_per_config'])} + {b.cells} cells x "
         f"{est['bench_s_per_cell']:.0f} s + gates {format_duration(est['gates_s_per_config'])}; "
         f"plus restoring the default config)"
+    )
+    console.print(
+        f"restarts: {per * len(plan.configs) + 1} ({len(plan.configs)} configs x {per}"
+        + (", each config's lossless gate in a restart of its own" if per > 1 else "")
+        + ", plus the restore)"
     )
     console.print(f"estimate basis: {estimate_basis(est)}")
     console.print(f"sampling of every benchmark request: {plan.sampling.text} (an entry's own setting wins)")
@@ -237,8 +255,8 @@ def print_gates(console: Console, sandbox: dict[str, Any], plan: Plan) -> None:
     """How the gates will judge: the coding sandbox, the lossless oracle and whether it has a baseline."""
     warn = " [red](UNISOLATED, allowed by --allow-unisolated)[/]" if sandbox["mode"] == "none" else ""
     console.print(f"coding sandbox: {sandbox['mode']}{warn}: {escape(sandbox['description'])}")
-    console.print("lossless gate: every measured config runs with --enable-deterministic-inference and is compared "
-                  "with the baseline's outputs")
+    console.print(escape(plan.lossless_restart.summary()), highlight=False)
+    console.print(f"figures: {escape(plan.lossless_restart.figures)}", highlight=False)
     if not any(cfg.spec.algorithm == "none" for cfg in plan.configs):
         console.print("[yellow]no baseline (algorithm: none) in the grid: the lossless gate will judge no config[/]")
 
@@ -263,6 +281,7 @@ def local_reconfigurer(target: Target) -> tuple[Target, LocalProcessReconfigurer
         load_s=float(tv("sglang_service_sim_load_seconds", 0.5)),
         warmup_s=float(tv("sglang_service_sim_warmup_seconds", 0.2)),
         speed=float(tv("sglang_service_sim_speed", 1.0)),
+        inventory_deterministic=tv(extravars.DETERMINISTIC_VAR) is True,
     )
     return local, reconfigurer
 
@@ -330,9 +349,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             extra_vars = dict(stored["extra_vars"])
         if args.reconfigurer == "local" and not target.simulated:
             raise PlanError(["--reconfigurer local runs the simulated engine; this inventory's engine is real"])
+        run_name = run_dir.run_id if run_dir is not None else "?"
         plan = make_plan(
             target, raws, grid_source=source, bench=bench, results_root=results_root,
             sampling=run_sampling(args, stored),
+            lossless_mode=lossless_restart.resume_mode(args.lossless_restart, stored, run=run_name),
         )  # fmt: skip
     except PlanError as exc:
         console.print("[red]the plan was refused; nothing was restarted:[/]")

@@ -8,7 +8,7 @@ implements it with :mod:`repro_py.bench` (``run_matrix``) and
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, Protocol
 
 import aiohttp
@@ -18,6 +18,7 @@ from repro_py.bench.matrix import BenchSettings, run_matrix
 from repro_py.bench.server_info import fetch_server_info
 from repro_py.codeeval.sandbox import isolation_in_force, require_isolation
 from repro_py.endpoint import Endpoint
+from repro_py.gates import GATE_NAMES
 from repro_py.gates.lossless import make_reference
 from repro_py.sweep.benchplan import BenchPlan
 from repro_py.sweep.grid import PlannedConfig
@@ -25,7 +26,8 @@ from repro_py.sweep.grid import PlannedConfig
 
 class Measure(Protocol):
     async def server_info(self, endpoint: Endpoint) -> dict[str, Any]:
-        """The ``engine`` block: kind, version, sim_speed, max_total_num_tokens (raises on failure)."""
+        """The ``engine`` block: kind, version, sim_speed, max_total_num_tokens, deterministic_inference (raises on
+        failure)."""
         ...
 
     async def bench(self, endpoint: Endpoint, cfg: PlannedConfig, bench: BenchPlan) -> dict[str, Any]:
@@ -33,11 +35,13 @@ class Measure(Protocol):
         ...
 
     async def gates(
-        self, endpoint: Endpoint, cfg: PlannedConfig, reference: Mapping[str, Any] | None
+        self, endpoint: Endpoint, cfg: PlannedConfig, reference: Mapping[str, Any] | None, *,
+        which: Collection[str] = GATE_NAMES,
     ) -> dict[str, Any]:
-        """``{"coding", "lossless", "config_echo", "passed", ...}``; with ``reference`` None the
-        lossless gate has nothing to compare to: the baseline's result then carries ``lossless_reference``
-        (its outputs, when they may be one) for later configs; a speculative config is not judged."""
+        """``{"coding", "lossless", "config_echo", "passed", ...}`` (the gates named in ``which``; ``passed`` over
+        those); with ``reference`` None the lossless gate has nothing to compare to: the baseline's result then
+        carries ``lossless_reference`` (its outputs, when they may be one) for later configs; a speculative config
+        is not judged. Asked for the lossless gate alone, the decision to gate was taken already."""
         ...
 
     async def alive(self, endpoint: Endpoint) -> bool:
@@ -68,12 +72,16 @@ def coding_sandbox(*, allow_unisolated: bool) -> dict[str, Any]:
     return {"mode": mode, "description": isolation_in_force(mode), "unisolated_allowed": allow_unisolated}
 
 
-def _engine_block(summary: Mapping[str, Any]) -> dict[str, Any]:
+def _engine_block(summary: Mapping[str, Any], raw: Mapping[str, Any]) -> dict[str, Any]:
+    """``deterministic_inference``: whether the engine that gives the figures runs sglang's deterministic
+    inference (its ``/server_info`` ``enable_deterministic_inference``; None when it does not say)."""
+    flag = raw.get("enable_deterministic_inference")
     return {
         "kind": summary.get("kind"),
         "version": summary.get("version"),
         "sim_speed": summary.get("sim_speed"),
         "max_total_num_tokens": summary.get("max_total_num_tokens"),
+        "deterministic_inference": flag if isinstance(flag, bool) else None,
     }
 
 
@@ -86,7 +94,7 @@ class BundleMeasure:
     async def server_info(self, endpoint: Endpoint) -> dict[str, Any]:
         async with aiohttp.ClientSession() as session:
             info = await fetch_server_info(session, endpoint)
-        return _engine_block(info.engine_summary())
+        return _engine_block(info.engine_summary(), info.raw)
 
     async def bench(self, endpoint: Endpoint, cfg: PlannedConfig, bench: BenchPlan) -> dict[str, Any]:
         settings = BenchSettings(
@@ -97,10 +105,11 @@ class BundleMeasure:
         return result
 
     async def gates(
-        self, endpoint: Endpoint, cfg: PlannedConfig, reference: Mapping[str, Any] | None
+        self, endpoint: Endpoint, cfg: PlannedConfig, reference: Mapping[str, Any] | None, *,
+        which: Collection[str] = GATE_NAMES,
     ) -> dict[str, Any]:
         run_gates: Any = gates_mod.run_gates
-        call = run_gates(endpoint, cfg.spec, reference, **self.gates_kwargs)
+        call = run_gates(endpoint, cfg.spec, reference, which=which, **self.gates_kwargs)
         result: dict[str, Any] = await call if inspect.isawaitable(call) else call
         lossless = result.get("lossless") or {}
         made = lossless.get("verdict") == "reference" and isinstance(lossless.get("output_ids"), dict)

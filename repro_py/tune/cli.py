@@ -36,7 +36,7 @@ from repro_py.tune.noise import DEFAULT_CONFIDENCE, DEFAULT_FLOOR_CV, NoiseModel
 from repro_py.tune.outcome import search_document
 from repro_py.tune.report import write_report
 from repro_py.tune.search import Search
-from repro_py.tune.settings import TuneSettings
+from repro_py.tune.settings import TuneSettings, check_budget
 from repro_py.tune.space import Space, load_space, validated
 from repro_py.tune.sweepio import (
     RUN_ID_RE,
@@ -49,6 +49,7 @@ from repro_py.tune.sweepio import (
     PlanError,
     RunDir,
     Target,
+    add_lossless_restart,
     build_report,
     coding_sandbox,
     default_run_id,
@@ -60,6 +61,7 @@ from repro_py.tune.sweepio import (
     print_gates,
     print_resume,
     refuse_unisolated,
+    resume_mode,
 )
 
 DEFAULT_MAX_RESTARTS = 12
@@ -168,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     write.add_argument("--no-write", action="store_true", help="only show the diff, never ask")
     p.add_argument("--no-restore", action="store_true", help="leave the last config running at the end")
     p.add_argument("--limit-hosts", metavar="HOST", help="the inventory host to tune when it has several")
+    add_lossless_restart(p)
     p.add_argument(
         "-e",
         "--extra-var",
@@ -233,6 +236,7 @@ def _settings_from_args(args: argparse.Namespace, space: Space, host: str) -> Tu
         space=space,
         budget=Budget(max_restarts=args.max_restarts, max_hours=args.max_hours, restore=not args.no_restore),
         sampling=sampling_from_args(args),
+        lossless_restart=resume_mode(args.lossless_restart, None, run="-"),
     )
 
 
@@ -306,7 +310,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             ),
             results_root=results_root,
             sampling=settings.sampling,
+            lossless_mode=settings.lossless_restart,
         )
+        check_budget(settings, plan)
     except (PlanError, objmod.ObjectiveError, laddermod.LadderError, ValueError) as exc:
         problems = exc.problems if isinstance(exc, PlanError) else [str(exc)]
         console.print("[red]the tuning run was refused; nothing was restarted:[/]")
@@ -402,7 +408,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.INTERRUPTED
 
     search.fit_surrogates()
-    restarts = len(search.records) + (1 if (restore or {}).get("status") in ("ok", "failed") else 0)
+    restarts = loop.restarts_used() + (1 if (restore or {}).get("status") in ("ok", "failed") else 0)
     doc = search_document(search, stop_reason=outcome_stop, settings=settings_doc, restarts=restarts)
     console.print(f"tuning {run_id}: {len(search.records)} configs restarted of {len(settings.space)}; {outcome_stop}")
     summary.print_winners(out, search)

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from repro_py.exitcodes import ExitCode
+from repro_py.sweep.lossless_restart import restarts_of
 from repro_py.tune.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,8 +81,11 @@ def test_dry_run_validates_and_estimates_without_a_run(inventory: Path, tmp_path
     out = " ".join(capsys.readouterr().out.split())
     assert code == ExitCode.OK
     assert "SIMULATED tuning plan" in out and "633 configs, validated (built-in default space)" in out
-    assert "12 restarts (final restore included)" in out
-    assert "the full grid of this space" in out and "634 restarts" in out
+    assert "12 restarts (final restore and the lossless gates' own restarts included)" in out
+    # a gated config is restarted twice: as deployed for its figures, then with deterministic inference for its
+    # lossless gate; the plan says so and counts it (the full grid: 633 configs x 2, plus the restore)
+    assert "--lossless-restart separate: two restarts per config" in out
+    assert "the full grid of this space" in out and "1267 restarts" in out
     assert "baseline, ddtree-b8-t4-w2048-bs8" in out  # the reference, then the deployed config
     assert not (tmp_path / "r").exists()
 
@@ -92,14 +96,20 @@ def test_a_real_run_on_local_engines_reports_resumes_and_writes_back(
     results = tmp_path / "results"
     args = [str(inventory), "--objective", "single-stream", "--space", str(space_file), "--reconfigurer", "local",
             "--results", str(results), "--run-id", "t", "--max-tokens", "48", "--screen-tokens", "16", "--repeats",
-            "2", "--max-restarts", "5"]  # fmt: skip
+            "2", "--max-restarts", "8"]  # fmt: skip
     assert main([*args, "--no-write"]) == ExitCode.OK
     captured = capsys.readouterr()
     run = results / "t"
     state = json.loads((run / "state.json").read_text())
     assert state["status"] == "complete" and state["restore"]["status"] == "ok"
     search = json.loads((run / "tune" / "search.json").read_text())
-    assert search["restarts"] == 5 and search["configs_measured"] == 4
+    docs = [json.loads(p.read_text()) for p in (run / "configs").glob("*.json")]
+    # every restart counted: one per config, one more for each gated config's lossless gate, and the restore
+    assert search["restarts"] == 1 + sum(restarts_of(d) for d in docs) <= 8
+    assert search["configs_measured"] == len(docs) >= 3
+    gated = [d for d in docs if not d["gates"].get("skipped")]
+    assert gated and all(d["lossless_reconfigure"]["deterministic_inference"] is True for d in gated)
+    assert all(d["engine"]["deterministic_inference"] is False for d in docs)  # the figures: as deployed
     assert search["stop_reason"].startswith("restart budget reached")
     assert [p["label"] for p in search["path"]][:2] == ["baseline", "ddtree-b8-t4-w2048-bs8"]
     (winner,) = search["winners"]

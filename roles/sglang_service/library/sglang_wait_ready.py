@@ -109,6 +109,7 @@ _ECHO_KEYS = (
     "version",
     "simulated",
     "max_total_num_tokens",
+    "enable_deterministic_inference",
 )
 
 
