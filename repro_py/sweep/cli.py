@@ -80,7 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue a run: skip configs whose fingerprint matches")
     p.add_argument("--retry-failed", action="store_true", help="with --resume, rerun configs that failed")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated duration; run nothing")
-    p.add_argument("--no-restore", action="store_true", help="leave the last config running at the end")
+    p.add_argument(
+        "--no-restore", action="store_true",
+        help="leave the last restart running at the end (with --lossless-restart separate usually a lossless gate's, "
+        "with deterministic inference)",
+    )  # fmt: skip
     p.add_argument("--bench-contexts", nargs="+", metavar="N", help="context lengths (tokens), e.g. 60 1024 4096")
     p.add_argument("--bench-concurrency", nargs="+", metavar="N", help="concurrency levels, e.g. 1 8 32")
     p.add_argument("--repeats", type=int, help="repeats per cell (default 3)")
@@ -95,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(default 1)",
     )  # fmt: skip
     p.add_argument("--limit-hosts", metavar="HOST", help="the inventory host (or group) to sweep when it has several")
-    add_lossless_restart(p)
+    lossless_restart.add_argument(p)
     p.add_argument(
         "--reconfigurer",
         choices=("ansible", "local"),
@@ -126,16 +130,6 @@ def build_parser() -> argparse.ArgumentParser:
         "whose process is gone on this controller is taken over without it",
     )
     return p
-
-
-def add_lossless_restart(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        lossless_restart.FLAG, choices=lossless_restart.MODES, default=None,
-        help="separate (default): each config restarted as configured for the benchmark, coding gate and config "
-        "echo, and again with --enable-deterministic-inference for the lossless gate (2 restarts per config; 1 when "
-        "the inventory deploys deterministic inference); shared: one restart per config with deterministic "
-        "inference for everything (every figure labelled so). A resumed run keeps its mode",
-    )  # fmt: skip
 
 
 def parse_extra_vars(items: Sequence[str]) -> dict[str, object]:
@@ -233,10 +227,11 @@ def print_plan(console: Console, plan: Plan, run_id: str) -> None:
         f"{est['bench_s_per_cell']:.0f} s + gates {format_duration(est['gates_s_per_config'])}; "
         f"plus restoring the default config)"
     )
+    restore = plan.default_config is not None
     console.print(
-        f"restarts: {per * len(plan.configs) + 1} ({len(plan.configs)} configs x {per}"
+        f"restarts: {per * len(plan.configs) + restore} ({len(plan.configs)} configs x {per}"
         + (", each config's lossless gate in a restart of its own" if per > 1 else "")
-        + ", plus the restore)"
+        + (", plus the restore)" if restore else ")")
     )
     console.print(f"estimate basis: {estimate_basis(est)}")
     console.print(f"sampling of every benchmark request: {plan.sampling.text} (an entry's own setting wins)")

@@ -10,10 +10,11 @@
 Production first, then the gate's restart, config by config: the baseline (first in the plan) makes the
 reference before any other config's gate restart, and each config is judged as soon as its gate restart is done.
 A config that fails before its gates (it does not start, its benchmark fails, or a tuner drops it before the full
-rung) costs no gate restart. Anything that goes wrong in the lossless stage (its restart fails to start, the gate
-raises, the engine stops answering) is the lossless gate's failure with its cause (``gate_failed``), the
-production figures kept. The engine is left on the gate's restart (deterministic inference) until the next
-config's or the final restore.
+rung) costs no gate restart, and neither does a speculative config when there is no baseline reference to
+compare with (its lossless gate says ``no_baseline``, restart ``none``). Anything that goes wrong in the lossless
+stage (its restart fails to start, the gate raises, the engine stops answering) is the lossless gate's failure
+with its cause (``gate_failed``), the production figures kept. The engine is left on the gate's restart
+(deterministic inference) until the next config's or the final restore; so is a rollback's "last good" unit.
 
 Between two stages the result so far is written to ``partial/<label>.json`` (atomic): an interruption during the
 second stage leaves it, and ``--resume`` runs only the second (nothing measured twice, nothing lost). A partial
@@ -37,13 +38,14 @@ from rich.markup import escape
 
 from repro_py.atomicio import write_json_atomic
 from repro_py.gates import GATE_NAMES, serverlog
-from repro_py.gates.lossless import BASELINE
+from repro_py.gates.lossless import BASELINE, NO_BASELINE
 from repro_py.sweep import fingerprint, hostcode, state
 from repro_py.sweep.errors import Interrupted
 from repro_py.sweep.failures import CRASHED, FAILED_TO_START, GATE_FAILED, bench_error_summary, failed_gates
 from repro_py.sweep.grid import PlannedConfig
 from repro_py.sweep.lossless_restart import (
     LOSSLESS_GATES,
+    ON_NO_RESTART,
     ON_OWN_RESTART,
     PRODUCTION_GATES,
     SHARED,
@@ -304,6 +306,13 @@ class ConfigRun:
     async def _lossless(self, cfg: PlannedConfig, result: ConfigResult) -> bool:
         """The lossless gate in its own restart with deterministic inference; never final (its failures are the
         gate's, with their cause)."""
+        reference = self._load_reference()
+        if reference is None and cfg.spec.algorithm != BASELINE:  # a restart that could judge nothing: not made
+            self._merge_lossless(result, {
+                "passed": False, "verdict": "no_baseline", "restart": ON_NO_RESTART,
+                "reason": f"{NO_BASELINE}; its restart with deterministic inference was not made (nothing to judge)",
+            })  # fmt: skip
+            return False
         private = self.run_dir.gate_runner_dir(cfg.label)
         outcome = await self._restart(cfg, private, result, deterministic=True, timing_key="lossless_reconfigure_s")
         result["lossless_reconfigure"] = {**outcome.as_result(), "deterministic_inference": True}
@@ -317,15 +326,20 @@ class ConfigRun:
                 "journal": list(outcome.journal),
             }  # fmt: skip
         else:
-            lossless = await self._lossless_gate(cfg, result, outcome.invocation_id)
+            lossless = await self._lossless_gate(cfg, result, reference, outcome.invocation_id)
+        self._merge_lossless(result, lossless)
+        return False
+
+    @staticmethod
+    def _merge_lossless(result: ConfigResult, lossless: dict[str, Any]) -> None:
         gates = result["gates"]  # the production restart's (coding, config echo), passed over those
         gates["lossless"] = lossless
         gates["passed"] = bool(gates.get("passed") and lossless.get("passed"))
-        return False
 
-    async def _lossless_gate(self, cfg: PlannedConfig, result: ConfigResult, invocation: str | None) -> dict[str, Any]:
+    async def _lossless_gate(
+        self, cfg: PlannedConfig, result: ConfigResult, reference: Mapping[str, Any] | None, invocation: str | None
+    ) -> dict[str, Any]:
         private = self.run_dir.gate_runner_dir(cfg.label)
-        reference = self._load_reference()
         gates = await self._ask_gates(cfg, result, reference, LOSSLESS_GATES, timing_key="lossless_gate_s")
         if isinstance(gates, _GateError):
             where = "raised" if gates.alive else "failed: the engine stopped answering during it"

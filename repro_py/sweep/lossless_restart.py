@@ -18,6 +18,7 @@ There is no mode without the gate.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 from collections.abc import Mapping
 from typing import Any
@@ -39,6 +40,7 @@ LOSSLESS_GATES = frozenset({"lossless"})
 ON_OWN_RESTART = "own"  # its own restart with deterministic inference (``lossless_reconfigure`` in the result)
 ON_PRODUCTION = "production"  # the production restart, which already runs deterministic inference (inventory)
 ON_SHARED = "shared"  # the one restart of --lossless-restart shared
+ON_NO_RESTART = "none"  # not made: no baseline reference to compare with (verdict no_baseline)
 WHY = (
     "the lossless gate is an exact oracle only when both servers run --enable-deterministic-inference, which is "
     "slower and not how the host serves"
@@ -112,6 +114,17 @@ class LosslessRestart:
             "gate_runs_on": self.gate_runs_on,
             "summary": self.summary(),
         }
+
+
+def add_argument(p: argparse.ArgumentParser) -> None:
+    """``--lossless-restart`` for the sweep's and the tuner's command lines (no default: a resumed run keeps its)."""
+    p.add_argument(
+        FLAG, choices=MODES, default=None,
+        help="separate (default): each config restarted as configured for the benchmark, coding gate and config "
+        "echo, and again with --enable-deterministic-inference for the lossless gate (2 restarts per config; 1 when "
+        "the inventory deploys deterministic inference); shared: one restart per config with deterministic "
+        "inference for everything (every figure labelled so). A resumed run keeps its mode",
+    )  # fmt: skip
 
 
 def check_mode(mode: str) -> str:

@@ -168,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     write = p.add_mutually_exclusive_group()
     write.add_argument("--write", action="store_true", help="write the winner to the inventory (after the diff)")
     write.add_argument("--no-write", action="store_true", help="only show the diff, never ask")
-    p.add_argument("--no-restore", action="store_true", help="leave the last config running at the end")
+    p.add_argument("--no-restore", action="store_true", help="leave the last restart running (as in a sweep)")
     p.add_argument("--limit-hosts", metavar="HOST", help="the inventory host to tune when it has several")
     add_lossless_restart(p)
     p.add_argument(

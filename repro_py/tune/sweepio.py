@@ -17,7 +17,6 @@ from repro_py.report.render import build_report
 from repro_py.sweep.benchplan import BenchPlan
 from repro_py.sweep.cli import (
     RUN_ID_RE,
-    add_lossless_restart,
     default_run_id,
     local_reconfigurer,
     parse_extra_vars,
@@ -33,6 +32,7 @@ from repro_py.sweep.grid import SIM_FAULT_KEY, PlannedConfig, expand_grid, valid
 from repro_py.sweep.inventory import Target, load_target
 from repro_py.sweep.localproc import LocalProcessReconfigurer
 from repro_py.sweep.lossless_restart import LOSSLESS_GATES, LosslessRestart, restarts_of, resume_mode
+from repro_py.sweep.lossless_restart import add_argument as add_lossless_restart
 from repro_py.sweep.measure import BundleMeasure, Measure, coding_sandbox
 from repro_py.sweep.plan import Plan, make_plan
 from repro_py.sweep.reconfigure import AnsibleReconfigurer, Reconfigurer

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from repro_py.atomicio import write_json_atomic
 from repro_py.exitcodes import ExitCode
 from repro_py.report.plots import figure_title
 from repro_py.report.tables import load_run
@@ -196,7 +197,7 @@ async def test_resume_between_the_two_restarts_runs_only_the_second(tmp_path: Pa
 
 
 async def test_a_partial_of_another_fingerprint_is_measured_again(tmp_path: Path) -> None:
-    plan = make_plan(GRID[1:], tmp_path=tmp_path)
+    plan = make_plan(GRID, tmp_path=tmp_path)
     run_dir = state.RunDir(tmp_path / "results" / "r1")
     run_dir.partial(TREE).parent.mkdir(parents=True)
     run_dir.partial(TREE).write_text(json.dumps({
@@ -205,7 +206,8 @@ async def test_a_partial_of_another_fingerprint_is_measured_again(tmp_path: Path
     }))  # fmt: skip
     rec = FakeReconfigurer()
     await _runner(plan, run_dir, rec, FakeMeasure()).run()
-    assert rec.deterministic == [False, True]  # whole again: nothing of another host is kept
+    assert rec.calls == ["baseline", "baseline", TREE, TREE]  # whole again: nothing of another host is kept
+    assert rec.deterministic == [False, True, False, True]
     assert not run_dir.partial(TREE).exists()
 
 
@@ -218,6 +220,8 @@ async def test_a_gate_restart_that_does_not_start_is_the_lossless_gates_failure_
     port = free_port()
     plan = make_plan(GRID[1:], tmp_path=tmp_path)
     run_dir = state.RunDir(tmp_path / "results" / "r1")
+    reference = {"source": "baseline", "outputs": {"p": [1, 2, 3]}}  # the baseline's, from an earlier session
+    write_json_atomic(run_dir.lossless_reference, {"label": "baseline", "config": {}, "reference": reference})
     local = LocalProcessReconfigurer(port, load_s=0.2, warmup_s=0.1, extra_args=["--attention-backend", "torch_native"])
     try:
         await _runner(plan, run_dir, local, FakeMeasure(), restore=False).run()

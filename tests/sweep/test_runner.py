@@ -115,17 +115,29 @@ async def test_no_restore(tmp_path: Path) -> None:
     assert outcome.restore == {"status": "skipped", "reason": "--no-restore"}
 
 
-async def test_without_a_baseline_no_config_becomes_the_reference(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["shared", "separate"])
+async def test_without_a_baseline_no_config_becomes_the_reference(tmp_path: Path, mode: str) -> None:
     """The old loop made the first passing config the reference and compared the others with it: a
-    speculative config judged by another one. Only the baseline's outputs are a reference."""
+    speculative config judged by another one. Only the baseline's outputs are a reference. With the lossless
+    gate in its own restart, a config without a reference to compare with is not restarted for it."""
     grid = [g for g in GRID if g.get("algorithm") != "none"]
-    plan = make_plan(grid, tmp_path=tmp_path)
+    plan = make_plan(grid, tmp_path=tmp_path, lossless_mode=mode)
     run_dir = state.RunDir(tmp_path / "results" / "r1")
     measure = FakeMeasure()
     measure.lossless_reference_from_anyone = True  # even a measure that offers one: the loop keeps none
-    await _runner(plan, run_dir, FakeReconfigurer(), measure).run()
-    assert measure.references and all(src is None for _, src in measure.references)
+    rec = FakeReconfigurer()
+    await _runner(plan, run_dir, rec, measure, restore=False).run()
+    assert all(src is None for _, src in measure.references)
     assert not run_dir.lossless_reference.exists()
+    if mode == "shared":
+        assert len(measure.references) == len(grid) and rec.deterministic == [True] * len(grid)
+    else:  # no gate restart: it could judge nothing
+        assert measure.references == [] and rec.deterministic == [False] * len(grid)
+        for doc in run_dir.results():
+            lossless = doc["gates"]["lossless"]
+            assert (lossless["verdict"], lossless["restart"]) == ("no_baseline", "none")
+            assert "no baseline reference to compare with" in doc["failure"]["reason"]
+            assert "its restart with deterministic inference was not made" in lossless["reason"]
 
 
 async def test_the_server_log_fails_a_config_whose_outputs_matched(tmp_path: Path) -> None:
@@ -193,11 +205,14 @@ async def test_resume_reruns_changed_fingerprints_and_optionally_failed(tmp_path
 
     rec = FakeReconfigurer()
     await _runner(plan, run_dir, rec, FakeMeasure()).run()
-    assert rec.calls == [label, label]  # the failed baseline is a finished result; not rerun by default
+    # the failed baseline is a finished result, not rerun by default; it made no reference, so no gate restart
+    assert rec.calls == [label] and rec.deterministic == [False]
 
     rec = FakeReconfigurer()
     await _runner(plan, run_dir, rec, FakeMeasure(), retry_failed=True).run()
-    assert rec.calls == ["baseline", "baseline"]
+    # every failed config again: the baseline, and the two that had no reference to be judged against
+    assert rec.calls == [x for c in plan.configs for x in (c.label, c.label)]
+    assert all(d["status"] == "ok" for d in run_dir.results())
     decision = state.decide(run_dir, label, {"host": "other"})
     assert decision.run and "host" in decision.reason
 
