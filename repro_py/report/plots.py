@@ -38,7 +38,7 @@ from repro_py.simmark import SIM_MARK, sim_note, speed_text
 
 def figure_title(text: str, run: Run) -> str:
     """The plot's title with the sampling setting of its figures, and what they were measured under when that
-    is not the production config (``deterministic inference (--lossless-restart shared)``); a simulated run's
+    is not the production config (``deterministic inference, --lossless-restart shared``); a simulated run's
     gets a line with the sim-speed note (the tuner's plots use it too)."""
     settings = run.samplings
     sampling = f"sampling {settings[0].text}" if len(settings) == 1 else (

@@ -153,7 +153,7 @@ class Run:
             return None
         mode = self.lossless_mode
         how = f"{FLAG} shared" if mode == SHARED else "as the inventory deploys" if mode else "the run's setting"
-        return f"{DETERMINISTIC_LABEL} ({how})"
+        return f"{DETERMINISTIC_LABEL}, {how}"
 
     def only(self, sampling: Sampling) -> Run:
         """The same run restricted to the results measured at ``sampling`` (figures of one setting only)."""

@@ -84,7 +84,7 @@ def test_the_figures_come_from_the_deployed_config_and_the_lossless_gate_from_it
     assert summary.splitlines()[0] == "# SIMULATED sweep report: sep"
     assert "| inference | every figure from the config as deployed (no deterministic inference); " in summary
     assert f"| {TREE} | T=0 (greedy), top_p=1 | pass | lossless | clean | 14/14 |" in summary
-    assert summary.count("| own |") == 2 and "deterministic inference (--lossless-restart" not in summary
+    assert summary.count("| own |") == 2 and "deterministic inference, --lossless-restart" not in summary
     assert "lossless gate: --lossless-restart separate: two restarts per config" in out
     assert "restarts: 5 (2 configs x 2, each config's lossless gate in a restart of its own, plus the restore)" in out
 
@@ -105,13 +105,13 @@ def test_shared_mode_says_deterministic_inference_on_every_figure(
         assert DET_FLAG in _args(run.runner_dir(label)) and not run.gate_runner_dir(label).exists()
         assert doc["gates"]["lossless"]["restart"] == "shared"
     assert DET_FLAG not in _args(run.runner_dir("restore-default"))
-    label = "deterministic inference (--lossless-restart shared)"
+    label = "deterministic inference, --lossless-restart shared"
     summary = (run.path / "summary.md").read_text()
     assert summary.splitlines()[0] == f"# SIMULATED sweep report: shr ({label})"
     for heading in ("Recommendation", "Results", "Failed cells and repeats", "Plots"):
         assert f"## {heading} ({label})" in summary
     assert f"Sampling T=0 (greedy), top_p=1, {label}:" in summary  # the winners table and the plot set
-    assert "These rankings come from figures measured under" in summary
+    assert f"These rankings ({label}) come from figures measured with batch-invariant kernels" in summary
     assert "| inference | every figure under deterministic inference, not necessarily the production config" in summary
     assert summary.count(" | deterministic |") == 2  # each row of the results table
     rows = list(csv.DictReader(io.StringIO((run.path / "summary.csv").read_text())))

@@ -112,12 +112,12 @@ def test_shared_mode_is_labelled_in_the_plan_and_both_reports(
     out = " ".join(capsys.readouterr().out.split())
     assert "lossless gate │ --lossless-restart shared: one restart per config" in out
     assert "figures │ deterministic inference (--lossless-restart shared: not the production config)" in out
-    label = "deterministic inference (--lossless-restart shared)"
+    label = "deterministic inference, --lossless-restart shared"
     run = results / "s"
     report = (run / "tune" / "report.md").read_text()
     assert report.splitlines()[0] == f"# SIMULATED tuning report: s ({label})"
     assert f"## Winners ({label})" in report and f"Winners at sampling T=0 (greedy), top_p=1, {label}:" in report
-    assert "These rankings come from figures measured under" in report
+    assert f"These rankings ({label}) come from figures measured with batch-invariant kernels" in report
     assert f"## The search, restart by restart ({label})" in report and f"## Plots ({label})" in report
     assert "| restarts | 3 (budget 3 restarts, the final restore included; every lossless gate's own restart" in report
     assert f"# SIMULATED sweep report: s ({label})" in (run / "summary.md").read_text()
