@@ -4,9 +4,9 @@ Times, per decode step, what the patched worker does between the drafter's
 per-depth top-K and the target verify launch (sglang/srt/speculative/
 ddtree_utils.py from the patch series):
 
-    build_ddtree_batch   host best-first heap per request + verify-layout
-                         tensors (tokens, parents, depths, ancestors,
-                         first-child / next-sibling lists)
+    build_ddtree_batch   the best-first tree selected on the device + the
+                         verify-layout tensors (tokens, parents, depths,
+                         ancestors, first-child / next-sibling lists)
     pack_ddtree_mask     SGLang's packed [D, P_b + D] custom mask per request
     ddtree_positions     P + depth
 
@@ -49,47 +49,59 @@ def _timed(fn, sync):
     return (time.perf_counter() - t0) * 1e3
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parser(doc: str, *, batches: str = "1,32", reps: int = 50, warmup: int = 5) -> argparse.ArgumentParser:
+    """The options every DDTree per-step benchmark takes (the tree's shape and the timing)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tree", type=Path, help="a patched package tree (default: build one)")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--prefix", type=int, default=1024, help="committed prefix length per request")
     ap.add_argument("--block", type=int, default=8)
     ap.add_argument("--topk", type=int, default=4)
     ap.add_argument("--budgets", default="8,16,32,64")
-    ap.add_argument("--batches", default="1,32")
-    ap.add_argument("--reps", type=int, default=50)
-    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--batches", default=batches)
+    ap.add_argument("--reps", type=int, default=reps)
+    ap.add_argument("--warmup", type=int, default=warmup)
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (the host side of one worker)")
-    ap.add_argument("--step-ms", type=float, default=30.0, help="one decode step, for the ratio")
     ap.add_argument("--json", type=Path)
-    args = ap.parse_args()
+    return ap
 
+
+def draft_topk(torch, gen, bs: int, depths: int, topk: int, *, vocab: int = 163840) -> tuple:
+    """The drafter's output after the device top-K: sorted log-probs, ids, root tokens
+    (vocabulary: Kimi K2.6's size; only the top-K is used)."""
+    lp = torch.sort(torch.rand((bs, depths, topk), generator=gen) * -4, dim=-1, descending=True).values
+    ids = torch.randint(0, vocab, (bs, depths, topk), generator=gen)
+    roots = torch.randint(0, vocab, (bs,), generator=gen)
+    return lp, ids, roots
+
+
+def with_patched_utils(args: argparse.Namespace, body) -> int:
+    """body(args, torch, ddtree_utils) with ddtree_utils from a patched tree (--tree, or a temporary one)."""
     with series.given_or_temporary_tree(args.tree, prefix="ddtree-bench-") as tree:
-        return run(args, tree)
+        sys.path.insert(0, str(tree))
+        # Imported here: torch is not in the project venv, and ddtree_utils must
+        # come from the patched tree put first on sys.path just above.
+        import torch  # noqa: PLC0415
+        from sglang.srt.speculative import ddtree_utils  # noqa: PLC0415
+
+        torch.set_num_threads(args.threads)
+        return body(args, torch, ddtree_utils)
 
 
-def run(args: argparse.Namespace, tree: Path) -> int:
-    sys.path.insert(0, str(tree))
-    # Imported here: torch is not in the project venv, and ddtree_utils must
-    # come from the patched tree put first on sys.path just above.
-    import torch  # noqa: PLC0415
-    from sglang.srt.speculative import ddtree_utils as U  # noqa: PLC0415
+def main() -> int:
+    ap = parser(__doc__)
+    ap.add_argument("--prefix", type=int, default=1024, help="committed prefix length per request")
+    ap.add_argument("--step-ms", type=float, default=30.0, help="one decode step, for the ratio")
+    return with_patched_utils(ap.parse_args(), run)
 
-    torch.set_num_threads(args.threads)
+
+def run(args: argparse.Namespace, torch, U) -> int:
     dev = torch.device(args.device)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     gen = torch.Generator().manual_seed(0)
-    vocab = 163840  # Kimi K2.6's vocabulary size (only the top-K is used)
     rows = []
     for bs in [int(x) for x in args.batches.split(",")]:
         for budget in [int(x) for x in args.budgets.split(",")]:
-            depths = args.block - 1
-            # drafter output after the device top-K: sorted log-probs + ids
-            lp = torch.sort(torch.rand((bs, depths, args.topk), generator=gen) * -4, dim=-1, descending=True).values
-            ids = torch.randint(0, vocab, (bs, depths, args.topk), generator=gen)
-            lp, ids = lp.to(dev), ids.to(dev)
-            roots = torch.randint(0, vocab, (bs,), generator=gen).to(dev)
+            lp, ids, roots = (t.to(dev) for t in draft_topk(torch, gen, bs, args.block - 1, args.topk))
             prefix = torch.full((bs,), args.prefix, dtype=torch.int64).to(dev)
             prefix_cpu = prefix.cpu()
             width = budget + 1

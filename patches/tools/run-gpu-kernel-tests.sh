@@ -4,7 +4,9 @@
 #     budget + 1 match a torch reference, widths from the block size do not;
 #   - verify_tree_greedy_triton == ddtree_greedy_walk (1000 rounds on GPU);
 #   - the ddtree_utils properties on CUDA tensors where they apply;
-#   - the host-cost benchmark with --device cuda.
+#   - the host-cost benchmark with --device cuda;
+#   - the draft top-K host copy before/after (how long the host is blocked
+#     with GPU work queued: the sync the previous tree build caused).
 # Needs: a CUDA GPU, python3.11 with torch (CUDA build) and triton, the pinned
 # sglang wheel (fetched into .cache/sglang-wheel/ if absent) and pytest.
 # Nothing is installed into that python's sglang: the series is applied to a
@@ -12,7 +14,7 @@
 #
 # Usage: patches/tools/run-gpu-kernel-tests.sh [PYTHON]   (default: python3)
 # Writes a summary to ${OUT:-./ddtree-gpu-results}/ (kernels.jsonl, pytest.log,
-# bench.md, env.txt) and exits non-zero if any check fails.
+# bench.md, host_copy.md, env.txt) and exits non-zero if any check fails.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -49,10 +51,13 @@ env -u PYTHONPATH DDTREE_PATCHED_TREE="$tmp/tree" DDTREE_TEST_DEVICE="$device" \
   "$py" -m pytest -q -p no:cacheprovider -W ignore::pytest.PytestConfigWarning \
   -o python_files='check_*.py' --rootdir="$root" \
   "$root/tests/patches/cpu/check_triton_kernels.py" \
-  "$root/tests/patches/cpu/check_ddtree_utils.py" 2>&1 | tee "$out/pytest.log" || true
+  "$root/tests/patches/cpu/check_ddtree_utils.py" \
+  "$root/tests/patches/cpu/check_ddtree_device_build.py" 2>&1 | tee "$out/pytest.log" || true
 grep -qE "[0-9]+ passed" "$out/pytest.log" && ! grep -qE "[0-9]+ (failed|error)" "$out/pytest.log" || rc=1
 
 "$py" "$root/benchmarks/ddtree_tree_build.py" --tree "$tmp/tree" --device "$device" --reps 50 \
   --json "$out/bench.json" 2>&1 | tee "$out/bench.md" || rc=1
+"$py" "$root/benchmarks/ddtree_topk_host_copy.py" --tree "$tmp/tree" --device "$device" \
+  --json "$out/host_copy.json" 2>&1 | tee "$out/host_copy.md" || rc=1
 echo "run-gpu-kernel-tests: rc=$rc, results in $out"
 exit $rc

@@ -19,7 +19,7 @@ from repro_py import spec_config
 from repro_py.exitcodes import ExitCode
 from repro_py.simengine.faults import ALLOWED, FaultError, parse_faults
 from repro_py.simengine.perf_model import HOST_SCALE
-from repro_py.simengine.settings import Settings
+from repro_py.simengine.settings import Settings, redact_key_args, redact_keys
 from repro_py.simengine.sglang_choices import (
     ATTENTION_BACKENDS,
     CUDA_GRAPH_BACKENDS,
@@ -394,7 +394,7 @@ def resolve(argv: list[str]) -> Settings:
         raise CliError(f"--max-running-requests {max_running}: must be >= 1")
 
     served = ns.served_model_name or ns.model_path
-    args = dict(vars(ns))
+    args = redact_key_args(vars(ns))  # the API keys read "<redacted>", as with patch 0012
     args.pop("sim_fault")
     args.update(
         served_model_name=served,
@@ -438,7 +438,7 @@ def resolve(argv: list[str]) -> Settings:
         decode_log_interval=max(1, ns.decode_log_interval),
         include_usage_default=ns.stream_response_default_include_usage,
         warnings=tuple(warnings),
-        launch_command=" ".join(["python", "-m", "repro_py.simengine", *argv]),
+        launch_command=" ".join(["python", "-m", "repro_py.simengine", *redact_keys(argv)]),
     )
 
 

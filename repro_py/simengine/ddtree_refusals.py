@@ -13,7 +13,8 @@ Like the patch, it judges the request's *normalized* ``SamplingParams``
 tokenizer manager refuses a DDTree request only once sglang's own checks have
 passed): greedy is top_k 1 (a temperature below 1e-6 became top_k 1), a request
 that names no temperature has sglang's default of 1.0 and top_k -1 became the
-whole vocabulary (1073741824), and values are printed as the request gave them.
+whole vocabulary (1 << 30), printed as the -1 the client sent, and other values
+are printed as the request gave them.
 """
 
 from __future__ import annotations
@@ -68,10 +69,14 @@ def refusal(sp: Any, *, custom_logit_processor: str | None = None) -> str | None
             "watermark). " + SERVE_WITHOUT + "."
         )
     top_k = int(getattr(sp, "top_k", 1))
-    if top_k != 1:
+    temperature = getattr(sp, "temperature", None)
+    # normalize turned temperature 0 into top_k 1 and top_k -1 into the whole vocabulary (1 << 30)
+    greedy = top_k == 1 or (temperature is not None and 0.0 <= float(temperature) < 1e-6)
+    if not greedy:
+        shown = "-1" if top_k in (-1, 1 << 30) else str(top_k)  # what the client sent, as the patch prints it
         return (
             "DDTree (--speculative-ddtree-budget) serves greedy decoding only "
-            f"(temperature 0, or top_k 1); got temperature={getattr(sp, 'temperature', None)}, top_k={top_k}. Tree "
+            f"(temperature 0, or top_k 1); got temperature={temperature}, top_k={shown}. Tree "
             "verification keeps a draft only where it equals the target's argmax, "
             "so sampling would be decoded greedily without telling you. Send "
             "temperature 0, or " + SERVE_WITHOUT + "."

@@ -71,7 +71,8 @@ _CHILD_CODE = "import os, time\nparent = os.getppid()\nwhile os.getppid() == par
 def run(settings: Settings) -> int:
     _setup_logging(settings.args.get("log_level", "info"))
     log.info(describe(settings))
-    # sglang 0.5.23 logs every resolved argument at startup, keys included (entrypoints/engine.py).
+    # sglang logs every resolved argument at startup (entrypoints/engine.py); with the series'
+    # patch 0012 the API keys read "<redacted>" (settings.args carries them redacted).
     log.info(f"server_args={settings.args}")
     for warning in settings.warnings:
         log.warning(warning)

@@ -54,3 +54,27 @@ class Settings:
     @property
     def mask_offset_active(self) -> bool:
         return self.faults.mask_offset_active(self.tree_mode, self.spec.budget, self.spec.block_size)
+
+
+_KEY_FLAGS = ("--api-key", "--admin-api-key")
+_KEY_ARGS = ("api_key", "admin_api_key")
+
+
+def redact_key_args(args: dict[str, Any]) -> dict[str, Any]:
+    """A copy of the resolved arguments with the API keys set (not None) read ``<redacted>``."""
+    return {k: "<redacted>" if k in _KEY_ARGS and v is not None else v for k, v in args.items()}
+
+
+def redact_keys(argv: list[str]) -> list[str]:
+    """``argv`` with the API key values replaced, as the patched sglang reports its command
+    line (patch 0012: launch_command, /server_info, the ``server_args=`` log line)."""
+    out: list[str] = []
+    for i, arg in enumerate(argv):
+        flag = arg.split("=", 1)[0]
+        if i > 0 and argv[i - 1] in _KEY_FLAGS:
+            out.append("<redacted>")
+        elif flag in _KEY_FLAGS and "=" in arg:
+            out.append(f"{flag}=<redacted>")
+        else:
+            out.append(arg)
+    return out

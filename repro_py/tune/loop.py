@@ -38,6 +38,7 @@ from rich.markup import escape
 from repro_py.atomicio import write_json_atomic
 from repro_py.tune.measure import TunerMeasure
 from repro_py.tune.outcome import latest_figures, outcome_text
+from repro_py.tune.records import RepeatedConfig
 from repro_py.tune.search import Search
 from repro_py.tune.sweepio import (
     STATE_COMPLETE,
@@ -46,6 +47,7 @@ from repro_py.tune.sweepio import (
     Interrupted,
     Measure,
     Plan,
+    PlannedConfig,
     Reconfigurer,
     RunDir,
     SweepOptions,
@@ -73,6 +75,23 @@ class Budget:
 
     def as_dict(self) -> dict[str, object]:
         return {"max_restarts": self.max_restarts, "max_hours": self.max_hours, "restore_reserved": self.restore}
+
+
+def budget_problem(search: Search, budget: Budget, per_config: int = 1) -> str | None:
+    """Why ``budget`` cannot measure what every run must (the baseline, the current config in its restarts,
+    the restore, one candidate), or None. ``per_config``: the restarts a gated config takes (two when its
+    lossless gate has a restart of its own)."""
+    if budget.max_restarts is None:
+        return None
+    restore = budget.restore and search.default is not None
+    needed, parts = search.mandatory_restarts(restore=restore, per_config=per_config)
+    if budget.max_restarts >= needed + per_config:
+        return None
+    return (
+        f"--max-restarts {budget.max_restarts} is too small for this run: it needs "
+        + ", ".join(parts)
+        + f", and {per_config} for at least one candidate; allowed: {needed + per_config} or more"
+    )
 
 
 @dataclasses.dataclass
@@ -132,10 +151,9 @@ class TuneLoop:
                 int(((d.get("bench") or {}).get("tune") or {}).get("order") or 0),
             ),
         )
-        by_label = self.search.space.by_label()
         for doc in docs:
             label = str(doc.get("label"))
-            cfg = by_label.get(label)
+            cfg = self.search.config_for(label)
             if cfg is None:
                 self.console.print(f"[yellow]{escape(label)}: not in the space of this run; ignored[/]")
                 continue
@@ -163,9 +181,23 @@ class TuneLoop:
         by_label = self.search.space.by_label()
         return [label for label in self.run_dir.partial_labels() if label in by_label]
 
+    def _reserve(self) -> int:
+        return 1 if self.budget.restore and self.plan.default_config is not None else 0
+
+    def remaining(self) -> int | None:
+        """Restarts left for configs (the restore set aside), when the budget counts restarts."""
+        if self.budget.max_restarts is None:
+            return None
+        return self.budget.max_restarts - self.restarts_used() - self._reserve()
+
+    def _need(self, cfg: PlannedConfig) -> int:
+        """The restarts ``cfg`` may take: a repeated restart is never gated (one); any other config two when its
+        lossless gate may need a restart of its own."""
+        return 1 if isinstance(cfg, RepeatedConfig) else self.plan.lossless_restart.restarts_per_config
+
     def _budget_stop(self, need: int | None = None) -> str | None:
         """Why no further config may start (None: it may); ``need``: the restarts it may take."""
-        reserve = 1 if self.budget.restore and self.plan.default_config is not None else 0
+        reserve = self._reserve()
         need = self.plan.lossless_restart.restarts_per_config if need is None else need
         used = self.restarts_used()
         if self.budget.max_restarts is not None and used + reserve + need > self.budget.max_restarts:
@@ -225,6 +257,9 @@ class TuneLoop:
                 self._recorded(label, result, outcome)
 
     async def _run(self) -> TuneOutcome:
+        problem = budget_problem(self.search, self.budget, self.plan.lossless_restart.restarts_per_config)
+        if problem is not None:
+            raise ValueError(problem)
         t0 = time.monotonic()
         reused = self.replay()
         outcome = TuneOutcome(False, "", 0, [], reused, None, 0.0)
@@ -232,13 +267,17 @@ class TuneLoop:
         cancel = self.runner.cancel
         await self._finish_pending(outcome)
         while not cancel.is_set():
-            stop = self._budget_stop()
+            stop = self._budget_stop(need=1)
             if stop is not None:
                 outcome.stop_reason = stop
                 break
-            proposal = self.search.propose()
+            proposal = self.search.propose(self.remaining(), self.plan.lossless_restart.restarts_per_config)
             if proposal is None:
                 outcome.stop_reason = self.search.stop_reason or "nothing left to propose"
+                break
+            stop = self._budget_stop(need=self._need(proposal.cfg))
+            if stop is not None:
+                outcome.stop_reason = stop
                 break
             rec = self.search.start(proposal)
             self.console.print(f"[bold]#{rec.order} {escape(rec.label)}[/]: {escape(proposal.reason)}", highlight=False)

@@ -16,7 +16,7 @@ from repro_py.tune.noise import NoiseModel
 from repro_py.tune.objectives import Cell, Objective, Slo
 from repro_py.tune.search import SearchSettings
 from repro_py.tune.space import Space, validated
-from repro_py.tune.sweepio import Plan, PlanError, Target, format_duration, resume_mode
+from repro_py.tune.sweepio import PlanError, Target, format_duration, resume_mode
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,7 +142,11 @@ class TuneSettings:
                 + (f"; {self.space.capped} with topk > budget left out" if self.space.capped else ""),
             ),
             ("ladder", " -> ".join(f"{r.name} {r.max_tokens} tok x {r.repeats}" for r in self.ladder) + " -> gates"),
-            ("noise", f"{self.confidence:.0%} intervals, between-restart floor {self.floor_cv:.1%}"),
+            (
+                "noise",
+                f"{self.confidence:.0%} intervals; between restarts measured from the current config's restarts "
+                f"(assumed {self.floor_cv:.1%} until then)",
+            ),
             ("budget", limit),
             ("sampling", f"{self.sampling.text} in every benchmark request"),
         ]
@@ -179,16 +183,3 @@ def estimate_lines(settings: TuneSettings, estimate: Mapping[str, float]) -> lis
         f"{per * len(settings.space) + 1} restarts, ~{format_duration(grid)}"
     )
     return lines
-
-
-def check_budget(settings: TuneSettings, plan: Plan) -> None:
-    """A restart budget that cannot hold one gated config (and the restore) is refused before anything restarts."""
-    budget = settings.budget
-    per = plan.lossless_restart.restarts_per_config
-    least = per + (1 if budget.restore and plan.default_config is not None else 0)
-    if budget.max_restarts is not None and budget.max_restarts < least:
-        raise PlanError([
-            f"--max-restarts {budget.max_restarts}: at least {least} here (one config"
-            + (": its production restart and its lossless gate's own, --lossless-restart separate" if per > 1 else "")
-            + (", and the final restore of the default config)" if least > per else ")")
-        ])  # fmt: skip

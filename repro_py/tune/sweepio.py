@@ -23,6 +23,7 @@ from repro_py.sweep.cli import (
     print_gates,
     print_resume,
     refuse_unisolated,
+    resume_command,
 )
 from repro_py.sweep.errors import PlanError
 from repro_py.sweep.estimate import format_duration
@@ -90,6 +91,7 @@ __all__ = [
     "print_resume",
     "refuse_unisolated",
     "restarts_of",
+    "resume_command",
     "resume_mode",
     "validate_all",
     "validate_config",

@@ -1,8 +1,8 @@
 """The unit's helper programs, run as the unit runs them (no systemd needed).
 
 - files/sglang-launch.py: the API keys reach the server's arguments but not
-  the kernel's command line (``ps``), and never its output (sglang 0.5.23 logs
-  ``server_args={...}`` with the keys at startup; the simulated engine does too);
+  the kernel's command line (``ps``), and never its output (unpatched sglang 0.5.23
+  logs ``server_args={...}`` with the keys at startup; a child here does);
 - files/sglang-device-check.py: what opening a device node says, on stand-in
   nodes with the real NVIDIA major (needs root for mknod; skipped otherwise).
 """

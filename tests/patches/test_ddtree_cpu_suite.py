@@ -20,10 +20,13 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 CHECKS = [
     "check_server_args.py",
     "check_ddtree_utils.py",
+    "check_ddtree_device_build.py",
     "check_triton_kernels.py",
     "check_kv_reservation.py",
+    "check_scheduler_path.py",
     "check_refusals.py",
     "check_static_buffers.py",
+    "check_server_info_redaction.py",
 ]
 
 

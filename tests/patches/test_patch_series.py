@@ -11,7 +11,7 @@ import pytest
 import series  # from patches/tools (conftest puts it on sys.path)
 
 HEADER_FIELDS = ("Series:", "Base:", "Purpose:", "Changes", "Tested")
-PATCHES = 11
+PATCHES = 12
 
 
 def test_series_lists_numbered_patches_in_order():
@@ -52,6 +52,9 @@ def test_apply_reverse_and_byte_compile(pristine_wheel):
         "sglang/srt/speculative/dflash_info_v2.py",  # the KV reservation (0009)
         "sglang/srt/mem_cache/allocation_sizing.py",
         "sglang/srt/managers/tokenizer_manager.py",  # per-request refusals (0010)
+        "sglang/srt/speculative/dflash_utils.py",  # the scheduler's per-request refusal (0010)
+        "sglang/srt/sampling/watermarking/core.py",  # API keys redacted (0012)
+        "sglang/srt/server_args.py",  # repr without the keys (0012)
     ):
         assert must in touched
 
@@ -105,7 +108,7 @@ def test_role_module_applies_the_real_series(pristine_wheel, tmp_path):
         "patch_executable": "patch",
     }
     first = sps.PatchSeries(params, check_mode=False).run()
-    assert first["action"] == "apply" and len(first["files"]) == len(series.series_files()) == 14
+    assert first["action"] == "apply" and len(first["files"]) == len(series.series_files()) == 16
     again = sps.PatchSeries(params, check_mode=False).run()
     assert again["changed"] is False
     patched = series.unpack(tmp_path / "ref", only=series.series_files())

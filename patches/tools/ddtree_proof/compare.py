@@ -1,4 +1,4 @@
-"""Prompts, the concurrent client, the token-stream comparison and the result table."""
+"""The concurrent client, the token-stream comparison, the accepts it observed and the result table."""
 
 # ruff: noqa: PLC0415 -- torch/sglang are imported where used: they come from the CPU venv and a patched tree put on sys.path at run time
 
@@ -7,26 +7,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import random
 import time
 import urllib.request
 from typing import Any
-
-
-def make_prompts(n: int, vocab: list[int], *, seed: int = 3, max_len: int = 300) -> list[list[int]]:
-    """n prompts of mixed lengths (1 .. max_len tokens), as token ids, deterministic. Every fifth
-    extends an earlier one, so the radix cache holds prefixes that other requests reuse."""
-    rng = random.Random(seed)
-    lengths = [1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, max_len]
-    out: list[list[int]] = []
-    for i in range(n):
-        length = lengths[i % len(lengths)] if i < len(lengths) else rng.randint(1, max_len)
-        if i >= len(lengths) and i % 5 == 0:
-            base = rng.choice(out)[: max_len - 8]
-            out.append(base + [rng.choice(vocab) for _ in range(rng.randint(1, 8))])
-        else:
-            out.append([rng.choice(vocab) for _ in range(length)])
-    return out
 
 
 async def _one(session: Any, url: str, ids: list[int], max_new_tokens: int, timeout_s: float) -> dict[str, Any]:
@@ -91,10 +74,19 @@ class Row:
     errors: int = 0
     first_mismatch: str | None = None
     accept_length: float | None = None
+    accepts_by_depth: dict[int, int] = dataclasses.field(default_factory=dict)
+    expected_deep: int | None = None
+    min_deep: int = 0  # a DDTree row must see at least this many accepts of depth >= 2
+    retractions: int = 0
+    need_retraction: bool = False  # on a GPU the forced retraction must have happened
     invariant_breaches: int = 0
     server_problems: list[str] = dataclasses.field(default_factory=list)
     wall_s: float = 0.0
     not_run: str | None = None
+
+    @property
+    def deep_accepts(self) -> int:
+        return sum(n for d, n in self.accepts_by_depth.items() if d >= 2)
 
     @property
     def ok(self) -> bool:
@@ -105,6 +97,8 @@ class Row:
             and self.errors == 0
             and self.invariant_breaches == 0
             and not self.server_problems
+            and (self.block is None or self.deep_accepts >= self.min_deep)
+            and (not self.need_retraction or self.retractions > 0)
         )
 
 
@@ -123,15 +117,23 @@ def compare(row: Row, reference: list[dict[str, Any]], observed: list[dict[str, 
             at = next((j for j, (a, b) in enumerate(zip(ref_ids or [], ids, strict=False)) if a != b),
                       min(len(ref_ids or []), len(ids)))  # fmt: skip
             row.first_mismatch = f"prompt {i} token {at}"
-        acc = got["meta"].get("spec_accept_length")
+        meta = got["meta"]
+        acc = meta.get("spec_accept_length")
         if isinstance(acc, int | float):
             accepts.append(float(acc))
+        for depth, n in enumerate(meta.get("spec_correct_drafts_histogram") or []):
+            row.accepts_by_depth[depth] = row.accepts_by_depth.get(depth, 0) + int(n)
+        row.retractions += int(meta.get("num_retractions") or 0)
     row.accept_length = sum(accepts) / len(accepts) if accepts else None
+    row.accepts_by_depth = dict(sorted(row.accepts_by_depth.items()))
     return row
 
 
 LOG_BREACH = "DDTree KV window overrun"
-LOG_PROBLEMS = ("Traceback (most recent call last)", "RuntimeError", "CUDA error", "out of memory")
+LOG_PROBLEMS = (
+    "Traceback (most recent call last)", "RuntimeError", "AssertionError", "CUDA error", "out of memory",
+    "device-side assert",
+)  # fmt: skip
 
 
 def scan_log(row: Row, log: str) -> Row:
@@ -146,17 +148,19 @@ def scan_log(row: Row, log: str) -> Row:
 def table(rows: list[Row], baseline: Row) -> str:
     head = (
         "| config | B | budget | D | overlap | prompts | identical to baseline | first mismatch | mean accept len "
-        "| invariant breaches | server problems | wall s | result |\n"
-        "|---|---:|---:|---:|---|---:|---:|---|---:|---:|---|---:|---|"
+        "| accepts by depth | depth >= 2 (expected) | retractions | invariant breaches | server problems | wall s "
+        "| result |\n"
+        "|---|---:|---:|---:|---|---:|---:|---|---:|---|---:|---:|---:|---|---:|---|"
     )
     lines = [head]
     for r in [baseline, *rows]:
         d = "" if r.budget is None else str(r.budget + 1)
         acc = "" if r.accept_length is None else f"{r.accept_length:.2f}"
+        deep = "" if r.block is None else f"{r.deep_accepts} ({'' if r.expected_deep is None else r.expected_deep})"
         result = "PASS" if r.ok else ("NOT RUN: " + r.not_run if r.not_run else "FAIL")
         lines.append(
             f"| {r.label} | {r.block or ''} | {r.budget or ''} | {d} | {'on' if r.overlap else 'off'} | {r.prompts} "
-            f"| {r.identical} | {r.first_mismatch or ''} | {acc} | {r.invariant_breaches} "
-            f"| {'; '.join(r.server_problems)} | {r.wall_s:.0f} | {result} |"
+            f"| {r.identical} | {r.first_mismatch or ''} | {acc} | {r.accepts_by_depth or ''} | {deep} "
+            f"| {r.retractions} | {r.invariant_breaches} | {'; '.join(r.server_problems)} | {r.wall_s:.0f} | {result} |"
         )
     return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""The server configurations of the proof, their exact command lines, and running them.
+"""The proof's server command lines and running them.
 
 On a GPU host every configuration is ``python -m sglang.launch_server`` with
 the series applied (a patched copy of the pinned wheel first on PYTHONPATH).
@@ -21,37 +21,24 @@ import sys
 import time
 from pathlib import Path
 
+from . import plan as P
+from .plan import Config
+
 STANDIN = Path(__file__).resolve().parent / "standin_server.py"
+TOPK_CAP = 4
 
 
-@dataclasses.dataclass(frozen=True)
-class Config:
-    label: str
-    block: int | None  # None: the baseline (no speculative decoding)
-    budget: int | None
-    overlap: bool
-
-
-def configs(blocks: list[int], budgets: list[int]) -> tuple[Config, list[Config]]:
-    base = Config("baseline", None, None, True)
-    tree = [
-        Config(f"ddtree-b{budget}-bs{block}-{'overlap' if overlap else 'sync'}", block, budget, overlap)
-        for block in blocks
-        for budget in budgets
-        for overlap in (True, False)
-    ]
-    return base, tree
-
-
-def server_argv(cfg: Config, paths: dict[str, Path], *, port: int, dtype: str, max_running: int,
-                mem_fraction: float, deterministic: bool, topk_cap: int = 4) -> list[str]:  # fmt: skip
-    """The exact sglang command line (after ``python -m sglang.launch_server``)."""
+def server_argv(cfg: Config, paths: dict[str, Path], *, port: int, dtype: str, mem_fraction: float,
+                deterministic: bool) -> list[str]:  # fmt: skip
+    """The exact sglang command line (after ``python -m sglang.launch_server``): chunked
+    prefill, a KV pool small enough to retract, the context the near-end prompts reach."""
     argv = [
         "--model-path", str(paths["target"]), "--tokenizer-path", str(paths["tokenizer"]),
         "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype, "--attention-backend", "triton",
-        "--page-size", "1", "--max-running-requests", str(max_running),
-        "--cuda-graph-max-bs-decode", str(max_running), "--mem-fraction-static", str(mem_fraction),
-        "--context-length", "2048", "--log-level", "info",
+        "--page-size", "1", "--max-running-requests", str(P.MAX_RUNNING),
+        "--cuda-graph-max-bs-decode", str(P.MAX_RUNNING), "--mem-fraction-static", str(mem_fraction),
+        "--max-total-tokens", str(P.MAX_TOTAL_TOKENS), "--chunked-prefill-size", str(P.CHUNKED_PREFILL),
+        "--context-length", str(P.CONTEXT_LEN), "--log-level", "info",
     ]  # fmt: skip
     if deterministic:
         argv.append("--enable-deterministic-inference")
@@ -61,7 +48,7 @@ def server_argv(cfg: Config, paths: dict[str, Path], *, port: int, dtype: str, m
         argv += [
             "--speculative-algorithm", "DDTREE", "--speculative-draft-model-path", str(paths[f"drafter-b{cfg.block}"]),
             "--speculative-dflash-block-size", str(cfg.block), "--speculative-ddtree-budget", str(cfg.budget),
-            "--speculative-ddtree-topk-cap", str(topk_cap),
+            "--speculative-ddtree-topk-cap", str(TOPK_CAP),
         ]  # fmt: skip
     return argv
 
@@ -106,18 +93,25 @@ class Running:
 
 
 def launch(cfg: Config, argv: list[str], *, python: str, out: Path, tree: Path | None, dry_run: bool,
-           fault: str | None = None) -> Running:  # fmt: skip
-    """Start one server; its stdout/stderr go to out/<label>.log."""
+           paths: dict[str, Path], fault: str | None = None) -> Running:  # fmt: skip
+    """Start one server; its stdout/stderr go to out/<label>.log. On a GPU it runs with the
+    page invariant checks and forced retraction on (plan.SERVER_ENV)."""
     port = int(argv[argv.index("--port") + 1])
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
     if tree is not None:
         env["PYTHONPATH"] = str(tree)
     if dry_run:
-        cmd = [python, str(STANDIN), "--port", str(port), "--model-path", argv[argv.index("--model-path") + 1]]
-        if fault and cfg.block is not None:
-            cmd += ["--fault", fault]
+        cmd = [python, "-m", "ddtree_proof.standin_server", "--port", str(port),
+               "--model-path", argv[argv.index("--model-path") + 1]]  # fmt: skip
+        env["PYTHONPATH"] = os.pathsep.join([str(STANDIN.parents[1]), *([str(tree)] if tree else [])])
+        if cfg.block is not None:
+            drafter = str(paths[f"drafter-b{cfg.block}"])
+            cmd += ["--drafter", drafter, "--budget", str(cfg.budget), "--topk", str(TOPK_CAP)]
+            if fault:
+                cmd += ["--fault", fault]
     else:
+        env.update(P.SERVER_ENV)
         cmd = [python, "-m", "sglang.launch_server", *argv]
     log_path = out / f"{cfg.label}.log"
     log = log_path.open("wb")
@@ -145,6 +139,8 @@ def parse_with_sglang(argv: list[str]) -> dict[str, object]:
         "disable_overlap_schedule": cfg.disable_overlap_schedule,
         "max_running_requests": cfg.max_running_requests,
         "attention_backend": cfg.attention_backend,
+        "chunked_prefill_size": cfg.chunked_prefill_size,
+        "max_total_tokens": cfg.max_total_tokens,
     }
 
 

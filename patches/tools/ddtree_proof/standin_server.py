@@ -2,52 +2,55 @@
 
 Greedy decoding of the tiny target with transformers on CPU, one request at a
 time (a lock), so the proof's client, comparison and table run end to end
-without a GPU. It is not sglang and proves nothing about the series; it
-proves the proof script. ``--fault concurrent-corruption`` flips one output
-token of a request whenever another request is in flight: the class of bug
-the proof exists to catch, which its comparison must report.
+without a GPU. Given a drafter (``--drafter --budget --topk``) it also reports
+the accepts by depth DDTree would have on that request (``draft_sim``, in
+sglang's ``meta_info.spec_correct_drafts_histogram`` shape). It is not sglang
+and proves nothing about the series; it proves the proof script.
+``--fault concurrent-corruption`` flips one output token of a request whenever
+another request is in flight: the class of bug the proof exists to catch,
+which its comparison must report.
 
-Usage: standin_server.py --model-path DIR --port N [--fault concurrent-corruption]
+Usage: python -m ddtree_proof.standin_server --model-path DIR --port N [--drafter DIR --budget N --topk K]
+       [--fault concurrent-corruption]
 """
 
-# ruff: noqa: PLC0415 -- torch/sglang are imported where used: they come from the CPU venv and a patched tree put on sys.path at run time
+# ruff: noqa: PLC0415 -- torch/aiohttp are imported where used: they come from the CPU venv
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import threading
+from pathlib import Path
 from typing import Any
+
+from . import draft_sim, reference
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model-path", required=True)
     ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--drafter")
+    ap.add_argument("--budget", type=int)
+    ap.add_argument("--topk", type=int, default=4)
     ap.add_argument("--fault", choices=["concurrent-corruption"])
     args = ap.parse_args()
 
-    import torch
     from aiohttp import web
-    from transformers import AutoModelForCausalLM
 
-    torch.set_num_threads(1)
-    model = AutoModelForCausalLM.from_pretrained(args.model_path, torch_dtype=torch.float32).eval()
+    model = reference.load(args.model_path)
+    sim = draft_sim.DraftSim(Path(args.drafter), Path(args.model_path)) if args.drafter else None
     lock = threading.Lock()
     in_flight = {"n": 0}
 
-    def greedy(ids: list[int], n: int) -> list[int]:
-        with lock, torch.no_grad():
-            out = model(torch.tensor([ids]), use_cache=True)
-            past, produced = out.past_key_values, []
-            tok = int(out.logits[0, -1].argmax())
-            for _ in range(n):
-                produced.append(tok)
-                if len(produced) == n:
-                    break
-                out = model(torch.tensor([[tok]]), past_key_values=past, use_cache=True)
-                past, tok = out.past_key_values, int(out.logits[0, -1].argmax())
-            return produced
+    def serve(ids: list[int], n: int) -> tuple[list[int], list[int] | None]:
+        with lock:
+            out = reference.greedy(model, ids, n)
+            if sim is None:
+                return out, None
+            exp = draft_sim.expected_accepts(sim, [ids], [out], budget=args.budget, topk=args.topk)
+            return out, [exp.accepts_by_depth.get(d, 0) for d in range(max(exp.accepts_by_depth) + 1)]
 
     async def generate(request: Any) -> Any:
         body = await request.json()
@@ -57,14 +60,17 @@ def main() -> int:
         in_flight["n"] += 1
         try:
             concurrent = in_flight["n"] > 1
-            ids = await asyncio.get_running_loop().run_in_executor(
-                None, greedy, list(body["input_ids"]), int(sp.get("max_new_tokens", 16))
+            ids, histogram = await asyncio.get_running_loop().run_in_executor(
+                None, serve, list(body["input_ids"]), int(sp.get("max_new_tokens", 16))
             )
         finally:
             in_flight["n"] -= 1
         if args.fault == "concurrent-corruption" and concurrent and ids:
             ids[len(ids) // 2] = (ids[len(ids) // 2] + 1) % model.config.vocab_size
-        return web.json_response({"output_ids": ids, "meta_info": {"completion_tokens": len(ids)}})
+        meta: dict[str, Any] = {"completion_tokens": len(ids), "num_retractions": 0}
+        if histogram is not None:
+            meta["spec_correct_drafts_histogram"] = histogram
+        return web.json_response({"output_ids": ids, "meta_info": meta})
 
     async def health(_: Any) -> Any:
         return web.Response(text="ok")

@@ -232,11 +232,15 @@ def test_walk_equals_greedy_decoding_by_reference_target():
                     longest = max(longest, len(pt))
             assert a == longest
             deep += a >= 2
-            # accepted path gather: src rows are the visited nodes, dst rows 0..a
-            src, dst, _keep = U.ddtree_accepted_path_gather(accept_index[b : b + 1], accept_len[b : b + 1], width)
-            assert dst.tolist() == list(range(a + 1))
-            assert [tok[i] for i in src.tolist()[1:]] == greedy[b][:a]
+            # accepted path gather (fixed size): kept entries move the visited nodes to rows 0..a,
+            # the rest are the root's self-move
+            src, dst, keep = U.ddtree_accepted_path_gather(accept_index[b : b + 1], accept_len[b : b + 1], width)
+            kept = keep.reshape(-1)
+            assert src.numel() == dst.numel() == depths + 1 and kept.tolist() == [t <= a for t in range(depths + 1)]
+            assert dst[kept].tolist() == list(range(a + 1))
+            assert [tok[i] for i in src[kept].tolist()[1:]] == greedy[b][:a]
             assert all(s >= d for s, d in zip(src.tolist(), dst.tolist(), strict=True))
+            assert src[~kept].tolist() == dst[~kept].tolist() == [0] * int((~kept).sum())
     assert deep > ROUNDS // 10, "too few deep acceptances: the property is not exercised"
 
 

@@ -190,7 +190,28 @@ def test_invariant_messages_and_edges():
     check(torch.tensor([10, 20]), torch.tensor([27, 37]), 17)  # P + W == allocated: inside
     with pytest.raises(RuntimeError, match=r"batch row 1 would write KV slots 20\.\.36 .* owns 36 \(1 past"):
         check(torch.tensor([10, 20]), torch.tensor([27, 36]), 17)
-    with pytest.raises(RuntimeError, match="needs the host copies"):
+    with pytest.raises(RuntimeError, match="needs host copies"):
         check(None, torch.tensor([1]), 17)
     with pytest.raises(RuntimeError, match="2 committed lengths but 1 allocated"):
         check(torch.tensor([1, 2]), torch.tensor([40]), 17)
+
+
+def test_overlap_bound_without_host_lengths():
+    """Under overlap the host has no P: it checks the committed length it reserved from plus
+    the most one step commits, and says so; with P it checks P."""
+    bound = U.ddtree_prefix_upper_bound_cpu
+    assert bound(None, None, 8) == (None, False)
+    p, exact = bound(torch.tensor([10, 20]), torch.tensor([3, 4]), 8)
+    assert exact and p.tolist() == [10, 20]  # P itself wins when the host has it
+    p, exact = bound(None, torch.tensor([3, 4]), 8)
+    assert not exact and p.tolist() == [11, 12]
+    check = _invariant()
+    check(p, torch.tensor([28, 29]), 17, exact=False)  # 11 + 17 <= 28, 12 + 17 <= 29
+    with pytest.raises(RuntimeError, match=r"batch row 1 may write \(committed length plus the step in flight\)"):
+        check(p, torch.tensor([28, 28]), 17, exact=False)
+    # the device-side twin: P itself, no sync (on CPU it raises at once)
+    U.ddtree_assert_kv_window_async(torch.tensor([10, 11]), torch.tensor([27, 28]), 17)
+    with pytest.raises(RuntimeError, match="device check"):
+        U.ddtree_assert_kv_window_async(torch.tensor([10, 12]), torch.tensor([27, 28]), 17)
+    assert U.ddtree_mask_numel_bound(None, 17) is None
+    assert U.ddtree_mask_numel_bound(torch.tensor([11, 12]), 17) == 17 * (11 + 17) + 17 * (12 + 17)

@@ -24,7 +24,10 @@ sys.path.insert(0, str(REPO_ROOT / "patches" / "tools"))
 
 import kv_window_sim as S  # noqa: E402
 import torch  # noqa: E402
+from ddtree_sched import replay as RP  # noqa: E402
+from ddtree_sched import scheduler as SCH  # noqa: E402
 from sglang.srt.managers.io_struct import GenerateReqInput  # noqa: E402
+from sglang.srt.managers.schedule_batch import FINISH_ABORT  # noqa: E402
 from sglang.srt.managers.tokenizer_manager import TokenizerManager  # noqa: E402
 from sglang.srt.runtime_context import use_context  # noqa: E402
 from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
@@ -186,8 +189,62 @@ def test_plain_dflash_worker_skips_ddtree(monkeypatch):
 
 def test_worker_stops_a_bypassed_non_greedy_batch():
     src = Path(W.__file__).read_text()
-    assert "the tokenizer should have refused (ddtree_request_refusal)" in src
+    assert "the tokenizer and the scheduler refuse per request" in src
     assert "decoded as temperature 0 in tree mode" not in src  # no silent greedy fallback
+
+
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [({"temperature": 0.7}, "top_k=-1."), ({"temperature": 0.7, "top_k": -1}, "top_k=-1."),
+     ({"temperature": 0.7, "top_k": 50}, "top_k=50.")],
+)  # fmt: skip
+def test_sampling_refusal_shows_the_top_k_the_client_sent(raw, shown):
+    reason = U.ddtree_request_refusal(_params(raw))
+    assert shown in reason and "1073741824" not in reason, reason
+
+
+# ---- another ingress: straight into the scheduler ------------------------------------------
+@pytest.mark.parametrize("overlap", [True, False], ids=["overlap", "sync"])
+def test_scheduler_aborts_each_refused_request_and_keeps_serving(overlap):
+    """A request the tokenizer refuses, sent to SGLang's Scheduler as the
+    TokenizedGenerateReqInput any ingress hands it (SGLANG_RUST_SERVER decodes
+    straight into the scheduler): aborted alone (FINISH_ABORT, 400, the
+    tokenizer's message) while the greedy requests around it are served."""
+    refused = [
+        ({"temperature": 0.7}, {}),
+        ({"temperature": 0, "json_schema": '{"type": "object"}'}, {}),
+        ({"temperature": 0, "frequency_penalty": 0.5}, {}),
+        ({"temperature": 0}, {"custom_logit_processor": "serialized-processor"}),
+        ({"temperature": 0, "custom_params": {"thinking_budget": 64}}, {}),
+    ]
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6]
+    reqs = [(0, SCH.request("greedy-before", prompt, 24))]
+    for i, (raw, extra) in enumerate(refused):
+        reqs.append((1 + i, SCH.request(f"refused-{i}", prompt, 24, **raw, **extra)))
+    reqs.append((3, SCH.request("greedy-after", prompt[::-1], 24)))
+    # what the tokenizer manager would answer for each (before the scheduler sees them)
+    expected = {
+        recv.rid: U.ddtree_request_refusal(recv.sampling_params, custom_logit_processor=recv.custom_logit_processor)
+        for _, recv in reqs
+    }
+    out = RP.run(RP.Case(requests=len(reqs), retract_every=0, overlap=overlap), requests=reqs)
+    by_rid = {r.rid: r for r in out.reqs}
+    for i in range(len(refused)):
+        req = by_rid[f"refused-{i}"]
+        assert expected[req.rid] is not None
+        assert isinstance(req.finished_reason, FINISH_ABORT), (req.rid, req.finished_reason)
+        assert req.finished_reason.message == expected[req.rid], req.finished_reason.message
+        assert int(req.finished_reason.status_code) == 400
+    for rid in ("greedy-before", "greedy-after"):
+        req = by_rid[rid]
+        assert req.finished() and not isinstance(req.finished_reason, FINISH_ABORT)
+        assert len(req.output_ids) >= 24
+    # the client side: each refusal went out with its message
+    sent = [(rid, reason) for p in out.sent for rid, reason in zip(p.rids, p.finished_reasons, strict=True) if reason]
+    aborted = {rid: reason for rid, reason in sent if reason.get("type") == "abort"}
+    assert set(aborted) == {f"refused-{i}" for i in range(len(refused))}
+    for rid, reason in aborted.items():
+        assert reason["status_code"] == 400 and reason["message"] == expected[rid]
 
 
 def test_startup_refuses_a_budget_whose_eager_mask_does_not_fit(monkeypatch):
