@@ -135,3 +135,21 @@ def test_shared_mode_is_labelled_in_the_plan_and_both_reports(
               "--lossless-restart", "separate", "--no-write"]  # fmt: skip
     assert main(resume) == ExitCode.USAGE
     assert "measures with --lossless-restart shared" in " ".join(capsys.readouterr().err.split())
+
+
+async def test_a_gated_candidate_never_crowds_out_the_current_config_s_second_restart(tmp_path: Path) -> None:
+    """With two restarts left for configs and the second restart of the current config still owed, a candidate
+    that may take two (its lossless gate's own restart) would leave none: the repeat goes first."""
+    preview = make_loop(tmp_path / "preview").search
+    order = []
+    while len(order) < 3 and (proposal := preview.propose()) is not None:
+        order.append(preview.start(proposal).label)
+    assert order[:2] == ["baseline", "ddtree-b8-t4-w2048-bs8"], order
+    # the first candidate fails to start (one restart): 8 - 2 - 2 - 1 - 1 (the restore) leaves two
+    rec = FakeReconfigurer(fail={order[2]: "the engine exited during startup (exit code 1)"})
+    loop = make_loop(tmp_path, reconfigurer=rec, budget=Budget(max_restarts=8))
+    outcome = await loop.run()
+    labels = [r.label for r in loop.search.records.values()]
+    assert labels[:4] == [*order, "ddtree-b8-t4-w2048-bs8.r2"], labels
+    assert loop.search.noise.between().dof == 1 and outcome.restarts <= 8
+    assert "a config may take 2 (its lossless gate's own restart)" in outcome.stop_reason
