@@ -17,7 +17,9 @@ daemon-reload). What each restart ran is read from the engine's own
 again); the report, plots and a manifest that GNU sha256sum -c accepts.
 
 Needs the deployed test host (`make e2e` deploys it first) and runs only with
-SGLANG_TESTHOST=1; the run directory is kept under $SWEEP_E2E_RESULTS when set.
+SGLANG_TESTHOST=1. SWEEP_E2E_INVENTORY points it at another copy of
+inventory/local (another container and port); the run directory is kept under
+$SWEEP_E2E_RESULTS when set.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from repro_py.exitcodes import ExitCode
 from repro_py.sweep.lossless_restart import restarts_of
 
 ROOT = Path(__file__).resolve().parents[2]
+INVENTORY = os.environ.get("SWEEP_E2E_INVENTORY") or "inventory/local"
 pytestmark = pytest.mark.testhost
 
 GRID = {
@@ -61,7 +64,7 @@ BENCH = ["--bench-contexts", "60", "1024", "--bench-concurrency", "1", "4", "--r
 def _sweep(args: list[str]) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CONTAINERS_CONF": str(ROOT / "testhost/containers.conf")}
     return subprocess.Popen(
-        [sys.executable, "-m", "repro_py.sweep", "inventory/local", *args],
+        [sys.executable, "-m", "repro_py.sweep", INVENTORY, *args],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
 
