@@ -4,7 +4,8 @@
 the losslessness comparison (greedy, token for token), the sampled losslessness
 check (in distribution, ``gates.sampled``) and the coding eval, and returns
 ``{"coding": {...}, "lossless": {...}, "sampled": {...}, "config_echo": {...}, "isolation": mode,
-"passed": bool}``.
+"passed": bool}``; ``which`` runs a part of them (a sweep runs the lossless gate in a restart of its
+own, with deterministic inference, and the others on the production restart: ``sweep.lossless_restart``).
 Without an isolating sandbox for the coding gate it raises
 ``repro_py.codeeval.sandbox.IsolationUnavailable`` before any request, unless
 ``allow_unisolated`` is given.
@@ -13,7 +14,7 @@ Without an isolating sandbox for the coding gate it raises
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import aiohttp
@@ -28,7 +29,9 @@ from repro_py.gates.lossless import BASELINE, DEFAULT_MAX_NEW_TOKENS, run_lossle
 from repro_py.gates.sampled import DEFAULT_SAMPLES, run_sampled
 from repro_py.spec_config import SpecConfig
 
-__all__ = ["run_gates"]
+__all__ = ["GATE_NAMES", "run_gates"]
+
+GATE_NAMES = frozenset({"coding", "lossless", "sampled", "config_echo"})
 
 
 async def run_gates(
@@ -44,8 +47,9 @@ async def run_gates(
     allow_unisolated: bool = False,
     sampled_reference: Mapping[str, Any] | None = None,
     sampled_samples: int = DEFAULT_SAMPLES,
+    which: Collection[str] = GATE_NAMES,
 ) -> dict[str, Any]:
-    """Run all four gates; ``passed`` is true only if each one passed.
+    """Run the gates named in ``which`` (default all four); ``passed`` is true only if each one run passed.
 
     ``lossless_reference`` is the baseline's reference as built by ``gates.lossless.make_reference``
     (or ``None``: the baseline's outputs then become the reference, found in
@@ -54,7 +58,12 @@ async def run_gates(
     samples (``gates.sampled.make_reference``; ``None``: the baseline's samples are in
     ``result["sampled"]["samples"]``), ``sampled_samples`` the sampled gate's samples per prompt.
     """
-    mode = await asyncio.to_thread(require_isolation, allow_unisolated=allow_unisolated)  # refuse before a request
+    unknown = sorted(set(which) - GATE_NAMES)
+    if unknown or not which:
+        raise ValueError(f"gates {unknown or '(none)'}: allowed: {', '.join(sorted(GATE_NAMES))}")
+    out: dict[str, Any] = {}
+    if "coding" in which:  # refuse before a request
+        out["isolation"] = await asyncio.to_thread(require_isolation, allow_unisolated=allow_unisolated)
     own = session is None
     if session is None:
         session = aiohttp.ClientSession()
@@ -67,25 +76,24 @@ async def run_gates(
         except ServerInfoError as exc:
             echo = {"passed": False, "expected": expected.as_short(), "reported": None, "mismatches": [],
                     "reason": str(exc)}
-        lossless = await run_lossless(
-            session, endpoint, lossless_reference, baseline=expected.algorithm == BASELINE, deterministic=deterministic,
-            max_new_tokens=lossless_max_new_tokens,
-        )
-        sampled = await run_sampled(
-            session, endpoint, sampled_reference, baseline=expected.algorithm == BASELINE, samples=sampled_samples
-        )
-        coding = await run_coding(
-            session, endpoint, problems, max_tokens=coding_max_tokens, min_pass_rate=min_coding_pass_rate,
-            allow_unisolated=allow_unisolated,
-        )
+        if "lossless" in which:
+            out["lossless"] = await run_lossless(
+                session, endpoint, lossless_reference, baseline=expected.algorithm == BASELINE,
+                deterministic=deterministic, max_new_tokens=lossless_max_new_tokens,
+            )  # fmt: skip
+        if "sampled" in which:
+            out["sampled"] = await run_sampled(
+                session, endpoint, sampled_reference, baseline=expected.algorithm == BASELINE, samples=sampled_samples
+            )
+        if "coding" in which:
+            out["coding"] = await run_coding(
+                session, endpoint, problems, max_tokens=coding_max_tokens, min_pass_rate=min_coding_pass_rate,
+                allow_unisolated=allow_unisolated,
+            )
+        if "config_echo" in which:
+            out["config_echo"] = echo
     finally:
         if own:
             await session.close()
-    return {
-        "coding": coding,
-        "lossless": lossless,
-        "sampled": sampled,
-        "config_echo": echo,
-        "isolation": mode,
-        "passed": bool(coding["passed"] and lossless["passed"] and sampled["passed"] and echo["passed"]),
-    }
+    out["passed"] = all(bool(out[name]["passed"]) for name in sorted(GATE_NAMES & set(which)))
+    return out

@@ -64,7 +64,7 @@ NO_BASELINE = (
 )
 DETERMINISTIC_FIX = (
     "start both servers with --enable-deterministic-inference (role variable sglang_service_deterministic_inference:"
-    " true; a sweep sets it for every config it measures)"
+    " true; a sweep or tuner sets it on the restart that runs this gate, see --lossless-restart)"
 )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -21,6 +21,7 @@ from repro_py.bench.matrix import BenchSettings, run_matrix
 from repro_py.bench.server_info import fetch_server_info
 from repro_py.codeeval.sandbox import isolation_in_force, require_isolation
 from repro_py.endpoint import Endpoint
+from repro_py.gates import GATE_NAMES
 from repro_py.gates import sampled as sampled_gate
 from repro_py.gates.lossless import BASELINE, make_reference
 from repro_py.sweep.benchplan import BenchPlan
@@ -29,7 +30,8 @@ from repro_py.sweep.grid import PlannedConfig
 
 class Measure(Protocol):
     async def server_info(self, endpoint: Endpoint) -> dict[str, Any]:
-        """The ``engine`` block: kind, version, sim_speed, max_total_num_tokens (raises on failure)."""
+        """The ``engine`` block: kind, version, sim_speed, max_total_num_tokens, deterministic_inference (raises on
+        failure)."""
         ...
 
     async def bench(self, endpoint: Endpoint, cfg: PlannedConfig, bench: BenchPlan) -> dict[str, Any]:
@@ -37,11 +39,13 @@ class Measure(Protocol):
         ...
 
     async def gates(
-        self, endpoint: Endpoint, cfg: PlannedConfig, reference: Mapping[str, Any] | None
+        self, endpoint: Endpoint, cfg: PlannedConfig, reference: Mapping[str, Any] | None, *,
+        which: Collection[str] = GATE_NAMES,
     ) -> dict[str, Any]:
-        """``{"coding", "lossless", "config_echo", "passed", ...}``; with ``reference`` None the
-        lossless gate has nothing to compare to: the baseline's result then carries ``lossless_reference``
-        (its outputs, when they may be one) for later configs; a speculative config is not judged."""
+        """``{"coding", "lossless", "config_echo", "passed", ...}`` (the gates named in ``which``; ``passed`` over
+        those); with ``reference`` None the lossless gate has nothing to compare to: the baseline's result then
+        carries ``lossless_reference`` (its outputs, when they may be one) for later configs; a speculative config
+        is not judged. Asked for the lossless gate alone, the decision to gate was taken already."""
         ...
 
     async def alive(self, endpoint: Endpoint) -> bool:
@@ -72,12 +76,16 @@ def coding_sandbox(*, allow_unisolated: bool) -> dict[str, Any]:
     return {"mode": mode, "description": isolation_in_force(mode), "unisolated_allowed": allow_unisolated}
 
 
-def _engine_block(summary: Mapping[str, Any]) -> dict[str, Any]:
+def _engine_block(summary: Mapping[str, Any], raw: Mapping[str, Any]) -> dict[str, Any]:
+    """``deterministic_inference``: whether the engine that gives the figures runs sglang's deterministic
+    inference (its ``/server_info`` ``enable_deterministic_inference``; None when it does not say)."""
+    flag = raw.get("enable_deterministic_inference")
     return {
         "kind": summary.get("kind"),
         "version": summary.get("version"),
         "sim_speed": summary.get("sim_speed"),
         "max_total_num_tokens": summary.get("max_total_num_tokens"),
+        "deterministic_inference": flag if isinstance(flag, bool) else None,
     }
 
 
@@ -114,7 +122,7 @@ class BundleMeasure:
     async def server_info(self, endpoint: Endpoint) -> dict[str, Any]:
         async with aiohttp.ClientSession() as session:
             info = await fetch_server_info(session, endpoint)
-        return _engine_block(info.engine_summary())
+        return _engine_block(info.engine_summary(), info.raw)
 
     async def bench(self, endpoint: Endpoint, cfg: PlannedConfig, bench: BenchPlan) -> dict[str, Any]:
         settings = BenchSettings(
@@ -125,11 +133,14 @@ class BundleMeasure:
         return result
 
     async def gates(
-        self, endpoint: Endpoint, cfg: PlannedConfig, reference: Mapping[str, Any] | None
+        self, endpoint: Endpoint, cfg: PlannedConfig, reference: Mapping[str, Any] | None, *,
+        which: Collection[str] = GATE_NAMES,
     ) -> dict[str, Any]:
         run_gates: Any = gates_mod.run_gates
-        sampled_ref = self._sampled_reference()
-        call = run_gates(endpoint, cfg.spec, reference, sampled_reference=sampled_ref, **self.gates_kwargs)
+        sampled_ref = self._sampled_reference() if "sampled" in which else None
+        call = run_gates(
+            endpoint, cfg.spec, reference, sampled_reference=sampled_ref, which=which, **self.gates_kwargs
+        )
         result: dict[str, Any] = await call if inspect.isawaitable(call) else call
         if isinstance(result.get("sampled"), dict):
             self._keep_sampled(cfg, result["sampled"], sampled_ref)

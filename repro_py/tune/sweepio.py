@@ -12,6 +12,7 @@ change to this file alone.
 from __future__ import annotations
 
 from repro_py.codeeval.sandbox import IsolationUnavailable
+from repro_py.gates import GATE_NAMES
 from repro_py.report.render import build_report
 from repro_py.sweep.benchplan import BenchPlan
 from repro_py.sweep.cli import (
@@ -31,6 +32,8 @@ from repro_py.sweep.fingerprint import controller_fingerprint
 from repro_py.sweep.grid import SIM_FAULT_KEY, PlannedConfig, expand_grid, validate_all, validate_config
 from repro_py.sweep.inventory import Target, load_target
 from repro_py.sweep.localproc import LocalProcessReconfigurer
+from repro_py.sweep.lossless_restart import LOSSLESS_GATES, LosslessRestart, restarts_of, resume_mode
+from repro_py.sweep.lossless_restart import add_argument as add_lossless_restart
 from repro_py.sweep.measure import BundleMeasure, Measure, coding_sandbox
 from repro_py.sweep.plan import Plan, make_plan
 from repro_py.sweep.reconfigure import AnsibleReconfigurer, Reconfigurer
@@ -47,6 +50,8 @@ from repro_py.sweep.state import (
 
 __all__ = [
     "GATE_FAILED",
+    "GATE_NAMES",
+    "LOSSLESS_GATES",
     "RUN_ID_RE",
     "SIM_FAULT_KEY",
     "STATE_COMPLETE",
@@ -58,6 +63,7 @@ __all__ = [
     "Interrupted",
     "IsolationUnavailable",
     "LocalProcessReconfigurer",
+    "LosslessRestart",
     "Measure",
     "Plan",
     "PlanError",
@@ -67,6 +73,7 @@ __all__ = [
     "SweepOptions",
     "SweepRunner",
     "Target",
+    "add_lossless_restart",
     "build_report",
     "coding_sandbox",
     "controller_fingerprint",
@@ -83,7 +90,9 @@ __all__ = [
     "print_gates",
     "print_resume",
     "refuse_unisolated",
+    "restarts_of",
     "resume_command",
+    "resume_mode",
     "validate_all",
     "validate_config",
 ]

@@ -67,7 +67,7 @@ def test_a_resumed_run_keeps_its_sampling_setting(tmp_path: Path, capsys: pytest
     run_dir.mkdir(parents=True)
     (run_dir / "plan.json").write_text(json.dumps({
         "run_id": "r1", "host": "simhost", "configs": [{"label": "x", "config": DDTREE}],
-        "sampling": {"temperature": 0.7, "top_p": 1.0},
+        "sampling": {"temperature": 0.7, "top_p": 1.0}, "lossless_restart": {"mode": "separate"},
     }))  # fmt: skip
     args = [str(inv), "--results", str(tmp_path / "results"), "--resume", "--run-id", "r1", "--dry-run"]
     assert cli.main([*args, "--temperature", "0"]) == ExitCode.USAGE

@@ -48,7 +48,7 @@ def test_a_sampled_tuning_run_records_and_reports_its_setting(
     results = tmp_path / "results"
     common = [str(inventory), "--objective", "single-stream", "--space", str(space), "--reconfigurer", "local",
               "--results", str(results), "--run-id", "t", "--max-tokens", "24", "--screen-tokens", "8", "--repeats",
-              "1", "--screen-repeats", "1", "--max-restarts", "5", "--no-write"]  # fmt: skip
+              "1", "--screen-repeats", "1", "--max-restarts", "8", "--no-write"]  # fmt: skip
     assert main([*common, "--temperature", "0.7", "--dry-run"]) == ExitCode.OK
     out = " ".join(capsys.readouterr().out.split())
     assert "│ sampling │ T=0.7, top_p=1 in every benchmark request" in out

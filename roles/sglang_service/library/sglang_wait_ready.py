@@ -102,6 +102,7 @@ _ECHO_KEYS = (
     "version",
     "simulated",
     "max_total_num_tokens",
+    "enable_deterministic_inference",
 )
 
 
