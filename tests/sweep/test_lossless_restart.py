@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -83,7 +84,10 @@ def test_the_figures_come_from_the_deployed_config_and_the_lossless_gate_from_it
     summary = (run.path / "summary.md").read_text()
     assert summary.splitlines()[0] == "# SIMULATED sweep report: sep"
     assert "| inference | every figure from the config as deployed (no deterministic inference); " in summary
-    assert f"| {TREE} | T=0 (greedy), top_p=1 | pass | lossless | clean | 14/14 |" in summary
+    # the sampled gate on the production restart, the lossless gate on its own
+    sampled = r"same_distribution \(p=[0-9.]+\)"
+    row = rf"\| {TREE} \| T=0 \(greedy\), top_p=1 \| pass \| lossless \| {sampled} \| clean \| 14/14 \|"
+    assert re.search(row, summary), summary
     assert summary.count("| own |") == 2 and "deterministic inference, --lossless-restart" not in summary
     assert "lossless gate: --lossless-restart separate: two restarts per config" in out
     assert "restarts: 5 (2 configs x 2, each config's lossless gate in a restart of its own, plus the restore)" in out
@@ -247,7 +251,7 @@ async def test_an_inventory_that_deploys_deterministic_inference_needs_one_resta
     rec, measure = FakeReconfigurer(), FakeMeasure()
     await _runner(plan, run_dir, rec, measure, restore=False).run()
     assert rec.calls == ["baseline", TREE] and rec.deterministic == [False, False]  # the inventory's own value
-    assert [which for _, which in measure.gated] == [("coding", "config_echo", "lossless")] * 2
+    assert [which for _, which in measure.gated] == [("coding", "config_echo", "lossless", "sampled")] * 2
     docs = {d["label"]: d for d in run_dir.results()}
     assert all(d["gates"]["lossless"]["restart"] == "production" and "lossless_reconfigure" not in d
                for d in docs.values())  # fmt: skip
