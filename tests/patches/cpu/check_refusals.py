@@ -30,6 +30,7 @@ from ddtree_sched import scheduler as SCH  # noqa: E402
 from sglang.srt.managers.io_struct import GenerateReqInput  # noqa: E402
 from sglang.srt.managers.schedule_batch import FINISH_ABORT  # noqa: E402
 from sglang.srt.managers.tokenizer_manager import TokenizerManager  # noqa: E402
+from sglang.srt.mem_cache.allocation_sizing import get_req_to_token_extra_context_len  # noqa: E402
 from sglang.srt.runtime_context import use_context  # noqa: E402
 from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
 from sglang.srt.speculative import ddtree_utils as U  # noqa: E402
@@ -255,11 +256,17 @@ def test_scheduler_aborts_each_refused_request_and_keeps_serving(overlap):
 
 
 def test_startup_refuses_a_budget_whose_eager_mask_does_not_fit(monkeypatch):
-    """On a GPU, _init_ddtree sizes one eager step's packed mask (max running requests x D x (context + D))."""
+    """On a GPU, _init_ddtree sizes one eager step's packed mask (max running requests x D x (P_max + D)),
+    P_max from the req_to_token row (context + SGLang's headroom), not from the context length."""
     worker = _worker(monkeypatch)
     worker.model_runner.model_config = types.SimpleNamespace(context_len=262144)
     monkeypatch.setattr(W, "is_cuda", lambda: True)
-    need = U.ddtree_static_buffers(cuda_graph=False, max_bs=8, width=17, context_len=262144).total
+    with use_context(S.resolved_context(8, 16)):
+        row = 262144 + get_req_to_token_extra_context_len()
+    prefix = U.ddtree_mask_prefix_capacity(row, 8, 16)
+    assert prefix > 262144  # a request at the context end rides past it
+    need = U.ddtree_static_buffers(cuda_graph=False, max_bs=8, width=17, context_len=262144,
+                                   mask_prefix_len=prefix).total  # fmt: skip
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (int(2 * need) - 2, 1 << 40))
     with pytest.raises(ValueError, match=r"budget 16 does not fit: eager verify buffers for D=17, max running "
                                          r"requests 8, context 262144"):  # fmt: skip
