@@ -28,6 +28,7 @@ reproducible. Results print with -s (statistics, p-values, the planted bugs caug
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import sys
@@ -246,6 +247,10 @@ def test_cuda_kernel_agrees_with_the_twin():
         trees += bs
     print(f"\nCUDA kernel vs twin: {trees} trees, {path_mismatches} path mismatches, {bonus_mismatches} bonus "
           f"mismatches (rounding at a CDF boundary)")  # fmt: skip
+    if report := os.environ.get("DDTREE_KERNEL_REPORT"):  # run-gpu-kernel-tests.sh's kernels.jsonl
+        with Path(report).open("a") as f:
+            f.write(json.dumps({"check": "tree_speculative_sampling_target_only vs torch twin", "trees": trees,
+                                "path_mismatches": path_mismatches, "bonus_mismatches": bonus_mismatches}) + "\n")
     assert path_mismatches == 0 and bonus_mismatches <= trees // 1000
 
 
