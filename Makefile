@@ -130,7 +130,7 @@ manifest-check: venv
 locks: venv
 	$(PY) scripts/check-locks.py
 
-unit: venv cpu-venv
+unit: venv cpu-venv wheelhouse
 	REPRO_REQUIRE_SGLANG_CPU=1 SGLANG_CPU_PYTHON=$(CPU_VENV)/bin/python \
 	  $(PY) -m pytest -q -m "not testhost" -p no:cacheprovider
 

@@ -187,10 +187,16 @@ def describe(kind: str, uid: int | str | None) -> str:
             "verdict by the judge process")
 
 
-@functools.lru_cache(maxsize=1)
 def bwrap_version() -> str:
+    """The version line of the bwrap on PATH now (cached per path, so a test's stand-in never outlives it)."""
     bwrap = find_tool("bwrap")
     if bwrap is None:
         return "bubblewrap (not installed)"
+    return _bwrap_version_at(bwrap)
+
+
+@functools.lru_cache(maxsize=8)
+def _bwrap_version_at(bwrap: str) -> str:
     proc = subprocess.run([bwrap, "--version"], capture_output=True, text=True, timeout=10, check=False)
-    return proc.stdout.strip() or "bubblewrap"
+    line = proc.stdout.strip().splitlines()[0] if proc.stdout.strip() else ""
+    return line if line.startswith("bubblewrap") else f"bubblewrap ({bwrap}, version not reported)"

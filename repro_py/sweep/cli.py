@@ -267,6 +267,22 @@ def local_reconfigurer(target: Target) -> tuple[Target, LocalProcessReconfigurer
     return local, reconfigurer
 
 
+def resume_command(
+    inventory: str,
+    run_id: str,
+    *,
+    tool: str = "repro_py.sweep",
+    results: Path | None = None,
+    options: Sequence[str] = (),
+) -> str:
+    """The command that resumes a run: ``--results`` when the run is not under the default ``results/``,
+    then ``options`` (the run's own settings a resume must keep, e.g. ``--reconfigurer local``)."""
+    command = f"python -m {tool} {shlex.quote(str(inventory))} --resume --run-id {shlex.quote(run_id)}"
+    if results is not None and results != Path("results"):
+        command += f" --results {shlex.quote(str(results))}"
+    return " ".join([command, *(shlex.quote(o) for o in options)])
+
+
 def print_resume(
     console: Console,
     what: str,
@@ -275,13 +291,12 @@ def print_resume(
     *,
     tool: str = "repro_py.sweep",
     results: Path | None = None,
+    options: Sequence[str] = (),
 ) -> None:
-    """Say what happened, then the resume command on a line of its own, never wrapped or marked up (copy-paste);
-    ``--results`` is in it when the run is not under the default ``results/``."""
+    """Say what happened, then the resume command (:func:`resume_command`) on a line of its own, never
+    wrapped or marked up (copy-paste)."""
     console.print(f"[yellow]{what}; resume with:[/]", highlight=False)
-    command = f"python -m {tool} {shlex.quote(str(inventory))} --resume --run-id {shlex.quote(run_id)}"
-    if results is not None and results != Path("results"):
-        command += f" --results {shlex.quote(str(results))}"
+    command = resume_command(inventory, run_id, tool=tool, results=results, options=options)
     console.print(command, soft_wrap=True, markup=False, highlight=False)
 
 

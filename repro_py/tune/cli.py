@@ -31,7 +31,8 @@ from repro_py.sweep.lease import take as take_lease
 from repro_py.tune import ladder as laddermod
 from repro_py.tune import objectives as objmod
 from repro_py.tune import summary, writeback
-from repro_py.tune.loop import Budget, TuneLoop
+from repro_py.tune.commands import RECONFIGURERS, resolve_run_settings, run_options
+from repro_py.tune.loop import Budget, TuneLoop, budget_problem
 from repro_py.tune.noise import DEFAULT_CONFIDENCE, DEFAULT_FLOOR_CV, NoiseModel
 from repro_py.tune.outcome import search_document
 from repro_py.tune.report import write_report
@@ -46,7 +47,9 @@ from repro_py.tune.sweepio import (
     BenchPlan,
     BundleMeasure,
     IsolationUnavailable,
+    Plan,
     PlanError,
+    PlannedConfig,
     RunDir,
     Target,
     build_report,
@@ -144,7 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--noise-floor",
         type=float,
         default=DEFAULT_FLOOR_CV,
-        help="between-restart relative noise added to every estimate (default 0.01)",
+        help="between-restart relative noise assumed until two restarts of the current config measure it, "
+        f"then a prior worth one restart (default {DEFAULT_FLOOR_CV})",
     )
     p.add_argument(
         "--temperature", type=float,
@@ -178,10 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--reconfigurer",
-        choices=("ansible", "local"),
-        default="ansible",
+        choices=RECONFIGURERS,
         help="ansible: playbooks/reconfigure.yml (default); local: the simulated engine as a local "
-        "process (simulated inventories only; development aid)",
+        "process (simulated inventories only; development aid; no -e). --resume keeps the run's own",
     )
     p.add_argument("--no-report", action="store_true", help="skip the reports and the manifest at the end")
     p.add_argument("--allow-unisolated", action="store_true",
@@ -253,6 +256,29 @@ def sampled_space(target: Target, space: Space, sampling: Sampling) -> Space:
     return validated(target, raws, source=space.source, capped=space.capped)
 
 
+def _with_current_config(settings: TuneSettings, current: PlannedConfig | None) -> TuneSettings:
+    """Every run measures the inventory's current config (the one to beat): it must name one, and it joins
+    the space when the space lacks it."""
+    if current is None:
+        raise PlanError(
+            [
+                "the inventory has no sweep_default_config: the tuner measures the current config as the one to "
+                "beat (in two restarts, which also measure the between-restart noise); set it to the config the "
+                "host runs, e.g. sweep_default_config: {algorithm: ddtree, budget: 8, topk: 4, window: 2048}"
+            ]
+        )
+    return dataclasses.replace(settings, space=settings.space.including(current))
+
+
+def _deployed(plan: Plan, settings: TuneSettings) -> PlannedConfig | None:
+    """The inventory's current config at the run's sampling setting (as every config of the space)."""
+    return plan.default_config and dataclasses.replace(plan.default_config, sampling=settings.sampling)
+
+
+def _search(settings: TuneSettings, plan: Plan) -> Search:
+    return Search(settings.space, settings.search_settings(), settings.noise_model(), default=_deployed(plan, settings))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parsed = parse_or_exit_code(build_parser(), argv)
     if isinstance(parsed, int):
@@ -267,9 +293,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise PlanError([f"inventory {args.inventory} does not exist"])
         if args.run_id is not None and not RUN_ID_RE.match(args.run_id):
             raise PlanError([f"--run-id {args.run_id!r}: letters, digits, '.', '_' and '-' only"])
-        target = load_target(args.inventory, limit=args.limit_hosts)
-        if args.reconfigurer == "local" and not target.simulated:
-            raise PlanError(["--reconfigurer local runs the simulated engine; this inventory's engine is real"])
         run_dir: RunDir | None = None
         stored: dict[str, Any] | None = None
         if args.resume:
@@ -280,6 +303,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             stored = _stored(run_dir)
             if stored is None:
                 raise PlanError([f"--resume: {run_dir.path / 'tune' / 'settings.json'} is missing or unreadable"])
+        run_opts, problems = resolve_run_settings(
+            args.reconfigurer, parse_extra_vars(args.extra_var), args.limit_hosts, stored
+        )
+        target = load_target(args.inventory, limit=run_opts["limit_hosts"])
+        if run_opts["reconfigurer"] == "local" and not target.simulated:
+            problems.append("--reconfigurer local runs the simulated engine; this inventory's engine is real")
+        if problems:
+            raise PlanError(problems)
+        if stored is not None and run_dir is not None:
             if stored.get("host") != target.host:
                 raise PlanError([f"--resume: run {run_dir.run_id} tuned host {stored.get('host')}, not {target.host}"])
             settings = TuneSettings.from_dict(stored, target, args)
@@ -292,7 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 settings = dataclasses.replace(
                     settings, budget=dataclasses.replace(settings.budget, max_restarts=DEFAULT_MAX_RESTARTS)
                 )
-        extra_vars = parse_extra_vars(args.extra_var) or dict((stored or {}).get("extra_vars") or {})
+        extra_vars: dict[str, object] = run_opts["extra_vars"]
         cells = settings.bench_cells()
         plan = make_plan(
             target,
@@ -307,6 +339,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             results_root=results_root,
             sampling=settings.sampling,
         )
+        settings = _with_current_config(settings, _deployed(plan, settings))
+        budget_issue = budget_problem(_search(settings, plan), settings.budget)
+        if budget_issue is not None:
+            raise PlanError([budget_issue])
     except (PlanError, objmod.ObjectiveError, laddermod.LadderError, ValueError) as exc:
         problems = exc.problems if isinstance(exc, PlanError) else [str(exc)]
         console.print("[red]the tuning run was refused; nothing was restarted:[/]")
@@ -319,10 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except IsolationUnavailable as exc:
         return refuse_unisolated(console, exc)
     run_id = run_dir.run_id if run_dir else (args.run_id or default_run_id(target))
-    # the deployed config, measured early, at the run's sampling setting (as every config of the space)
-    deployed = plan.default_config and dataclasses.replace(plan.default_config, sampling=settings.sampling)
-    search = Search(settings.space, settings.search_settings(), settings.noise_model(), default=deployed)
-    preview = Search(settings.space, settings.search_settings(), settings.noise_model(), default=deployed)
+    search, preview = _search(settings, plan), _search(settings, plan)
     first = ["(continues the stored search)"] if args.resume else []
     for _ in range(0 if args.resume else 3):
         proposal = preview.propose()
@@ -342,7 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return ExitCode.USAGE
     reconfigurer: Any
     lease: HostLease | None = None  # one host lease for the whole run (repro_py.sweep.lease)
-    if args.reconfigurer == "local":
+    if run_opts["reconfigurer"] == "local":
         local_target, reconfigurer = local_reconfigurer(plan.target)
         plan = dataclasses.replace(plan, target=local_target)
     else:
@@ -356,11 +389,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return ExitCode.LEASED
     run_dir.path.mkdir(parents=True, exist_ok=True)
     settings_doc = settings.as_dict()
-    settings_doc["extra_vars"] = extra_vars
-    settings_doc["reconfigurer"] = args.reconfigurer
+    settings_doc.update(run_opts)  # reconfigurer, extra vars, host limit: what --resume and printed commands keep
+    options = run_options(settings_doc)
     write_json_atomic(run_dir.path / "tune" / "settings.json", settings_doc)
     plan_doc = plan.as_dict(run_id)
-    plan_doc.update(configs=[], extra_vars=extra_vars, reconfigurer=args.reconfigurer, tool=TOOL, sandbox=sandbox)
+    plan_doc.update(
+        configs=[], extra_vars=extra_vars, reconfigurer=run_opts["reconfigurer"], tool=TOOL, sandbox=sandbox
+    )
     if not run_dir.plan.is_file():
         write_json_atomic(run_dir.plan, plan_doc)
 
@@ -384,7 +419,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             outcome_stop, restore, interrupted = result.stop_reason, result.restore, result.interrupted
     except KeyboardInterrupt:
         run_dir.write_state(STATE_INTERRUPTED, reason="KeyboardInterrupt")
-        print_resume(console, "interrupted", str(args.inventory), run_id, tool=TOOL, results=results_root)
+        print_resume(
+            console, "interrupted", str(args.inventory), run_id, tool=TOOL, results=results_root, options=options
+        )
         return ExitCode.INTERRUPTED
     finally:
         reconfigurer.close()
@@ -398,6 +435,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             run_id,
             tool=TOOL,
             results=results_root,
+            options=options,
         )
         return ExitCode.INTERRUPTED
 
@@ -406,8 +444,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     doc = search_document(search, stop_reason=outcome_stop, settings=settings_doc, restarts=restarts)
     console.print(f"tuning {run_id}: {len(search.records)} configs restarted of {len(settings.space)}; {outcome_stop}")
     summary.print_winners(out, search)
-    for line in doc["versus"]:
-        out.print(line, highlight=False)
+    for versus in doc["versus"]:
+        out.print(f"- {versus['title']}: {versus['text']}", highlight=False)
     if not args.no_report:
         build_report(run_dir.path)
         paths = write_report(doc, run_dir.path)
@@ -434,6 +472,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         results=args.results,
         write=args.write,
         ask=not args.no_write and sys.stdin.isatty(),
+        options=options,
     )
     return code if wrote == ExitCode.OK else wrote
 

@@ -65,6 +65,21 @@ class Budget:
         return {"max_restarts": self.max_restarts, "max_hours": self.max_hours, "restore_reserved": self.restore}
 
 
+def budget_problem(search: Search, budget: Budget) -> str | None:
+    """Why ``budget`` cannot measure what every run must (the baseline, the current config in its restarts,
+    the restore, one candidate), or None."""
+    if budget.max_restarts is None:
+        return None
+    needed, parts = search.mandatory_restarts(restore=budget.restore and search.default is not None)
+    if budget.max_restarts >= needed + 1:
+        return None
+    return (
+        f"--max-restarts {budget.max_restarts} is too small for this run: it needs "
+        + ", ".join(parts)
+        + f", and 1 for at least one candidate; allowed: {needed + 1} or more"
+    )
+
+
 @dataclasses.dataclass
 class TuneOutcome:
     interrupted: bool
@@ -120,10 +135,9 @@ class TuneLoop:
                 int(((d.get("bench") or {}).get("tune") or {}).get("order") or 0),
             ),
         )
-        by_label = self.search.space.by_label()
         for doc in docs:
             label = str(doc.get("label"))
-            cfg = by_label.get(label)
+            cfg = self.search.config_for(label)
             if cfg is None:
                 self.console.print(f"[yellow]{escape(label)}: not in the space of this run; ignored[/]")
                 continue
@@ -142,8 +156,17 @@ class TuneLoop:
     def restarts_used(self) -> int:
         return len(self.search.records)
 
+    def _reserve(self) -> int:
+        return 1 if self.budget.restore and self.plan.default_config is not None else 0
+
+    def remaining(self) -> int | None:
+        """Restarts left for configs (the restore set aside), when the budget counts restarts."""
+        if self.budget.max_restarts is None:
+            return None
+        return self.budget.max_restarts - self.restarts_used() - self._reserve()
+
     def _budget_stop(self) -> str | None:
-        reserve = 1 if self.budget.restore and self.plan.default_config is not None else 0
+        reserve = self._reserve()
         used = self.restarts_used()
         if self.budget.max_restarts is not None and used + reserve >= self.budget.max_restarts:
             extra = " plus the final restore" if reserve else ""
@@ -178,6 +201,9 @@ class TuneLoop:
             self.on_progress()
 
     async def _run(self) -> TuneOutcome:
+        problem = budget_problem(self.search, self.budget)
+        if problem is not None:
+            raise ValueError(problem)
         t0 = time.monotonic()
         reused = self.replay()
         outcome = TuneOutcome(False, "", 0, [], reused, None, 0.0)
@@ -188,7 +214,7 @@ class TuneLoop:
             if stop is not None:
                 outcome.stop_reason = stop
                 break
-            proposal = self.search.propose()
+            proposal = self.search.propose(self.remaining())
             if proposal is None:
                 outcome.stop_reason = self.search.stop_reason or "nothing left to propose"
                 break

@@ -9,7 +9,10 @@ sweep report's own definitions):
 
 SLOs (``--slo METRIC<=VALUE`` or ``METRIC>=VALUE``, repeatable): a winner must
 meet every one. ``ttft_p50_ms``, ``ttft_p99_ms``, ``itl_p50_ms``,
-``itl_p99_ms`` are read at the objective's own cell; ``single_stream_tps``,
+``itl_p99_ms`` (the gap between streamed chunks, the benchmark's
+``itl_chunk_ms``: the stall a reader sees), ``itl_token_p50_ms``,
+``itl_token_p99_ms`` (time per output token, the benchmark's
+``itl_token_ms``) are read at the objective's own cell; ``single_stream_tps``,
 ``throughput_tps``, ``long_context_tps`` at that objective's cell (measured
 for every config when used); ``coding_pass_rate`` (0..1) from the coding gate.
 Latency percentiles do not depend on the output length, so a config that
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -94,6 +98,8 @@ SLO_METRICS: dict[str, tuple[str, str]] = {
     "ttft_p99_ms": ("latency", "ms"),
     "itl_p50_ms": ("latency", "ms"),
     "itl_p99_ms": ("latency", "ms"),
+    "itl_token_p50_ms": ("latency", "ms"),
+    "itl_token_p99_ms": ("latency", "ms"),
     "single_stream_tps": ("tps", "tok/s"),
     "throughput_tps": ("tps", "tok/s"),
     "long_context_tps": ("tps", "tok/s"),
@@ -160,27 +166,46 @@ def _num(value: object) -> float | None:
     return float(value)
 
 
-def repeat_values(cell: Mapping[str, Any] | None, metric: str) -> list[float]:
-    """Per-repeat figures of a finished cell: ``output_tps`` or a latency percentile such as ``ttft_p99_ms``.
+#: SLO metric family -> the benchmark's percentile blocks that carry it, first found wins (``itl_ms`` is the
+#: per-chunk ITL's name in results written before per-token ITL was measured; the sweep report reads it too).
+LATENCY_BLOCKS: dict[str, tuple[str, ...]] = {
+    "ttft": ("ttft_ms",),
+    "itl": ("itl_chunk_ms", "itl_ms"),
+    "itl_token": ("itl_token_ms",),
+}
 
-    Only repeats whose every request succeeded count: a repeat with a failed
-    request is not a measurement of the config (its throughput would be of the
-    requests that happened to succeed)."""
+
+def valid_repeats(cell: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
+    """The repeats of a finished cell that are measurements: every request of the repeat succeeded (a repeat
+    with a failed request measured only the requests that happened to succeed)."""
     if not cell or cell.get("status") != "ok":
         return []
-    out: list[float] = []
-    for rep in cell.get("repeats") or []:
-        if not isinstance(rep, Mapping) or (rep.get("errors") or 0) > 0 or not rep.get("ok", 1):
-            continue
-        if metric == "output_tps":
-            value = _num(rep.get("output_tps"))
-        else:
-            family, _, pct = metric.removesuffix("_ms").rpartition("_")
-            block = rep.get(f"{family}_ms") or {}
-            value = _num(block.get(pct)) if isinstance(block, Mapping) else None
-        if value is not None and value > 0:
-            out.append(value)
-    return out
+    return [
+        rep
+        for rep in cell.get("repeats") or []
+        if isinstance(rep, Mapping) and not (rep.get("errors") or 0) > 0 and rep.get("ok", 1)
+    ]
+
+
+def repeat_value(rep: Mapping[str, Any], metric: str) -> float | None:
+    """One repeat's ``output_tps``, ``accept_length`` (counters) or latency percentile such as ``ttft_p99_ms`` or
+    ``itl_token_p50_ms``."""
+    if metric in ("output_tps", "accept_length"):
+        value = _num(rep.get(metric))
+    else:
+        family, _, pct = metric.removesuffix("_ms").rpartition("_")
+        value = None
+        for name in LATENCY_BLOCKS.get(family, ()):
+            block = rep.get(name)
+            if isinstance(block, Mapping):
+                value = _num(block.get(pct))
+                break
+    return value if value is not None and value > 0 else None
+
+
+def repeat_values(cell: Mapping[str, Any] | None, metric: str) -> list[float]:
+    """Per-repeat figures of a finished cell (:func:`repeat_value`) over its valid repeats."""
+    return [v for rep in valid_repeats(cell) if (v := repeat_value(rep, metric)) is not None]
 
 
 def accept_length(cell: Mapping[str, Any] | None) -> float | None:
@@ -190,14 +215,25 @@ def accept_length(cell: Mapping[str, Any] | None) -> float | None:
     return _num((cell.get("median") or {}).get("accept_length"))
 
 
+def step_values(cell: Mapping[str, Any] | None) -> list[float]:
+    """Per valid repeat with counters, the decode step time: the time per output token (the client's
+    ``itl_token_ms`` median over requests: first to last text chunk over the tokens between, which chunks
+    arriving in bursts do not move) times the tokens one verify step commits (the repeat's acceptance length
+    from the server's counters). The gaps between streamed chunks are no measure of it: a loaded client reads
+    chunks in bursts, and at concurrency 32 their median fell to a hundredth of the step. Without counters
+    (the baseline, a server without ``/metrics``) there is no step time; the surrogate then models tok/s."""
+    out: list[float] = []
+    for rep in valid_repeats(cell):
+        per_token, accept = repeat_value(rep, "itl_token_p50_ms"), repeat_value(rep, "accept_length")
+        if per_token is not None and accept is not None:
+            out.append(per_token * accept)
+    return out
+
+
 def step_ms(cell: Mapping[str, Any] | None) -> float | None:
-    """The decode step time of a finished cell: the median over its repeats of the median inter-chunk gap
-    (each streamed chunk carries one verify step's tokens)."""
-    values = sorted(repeat_values(cell, "itl_p50_ms"))
-    if not values:
-        return None
-    mid = len(values) // 2
-    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2.0
+    """The decode step time of a finished cell: the median over its repeats of :func:`step_values`."""
+    values = step_values(cell)
+    return statistics.median(values) if values else None
 
 
 def find_cell(cells: Sequence[Mapping[str, Any]], cell: Cell) -> Mapping[str, Any] | None:

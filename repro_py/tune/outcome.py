@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from repro_py.tune import verdict
 from repro_py.tune.records import Record
 from repro_py.tune.search import Search
 
@@ -22,6 +23,7 @@ def rung_view(search: Search, rec: Record) -> dict[str, Any]:
             figures[key] = None if est is None else est.as_dict()
         out[rung.name] = {
             "figures": figures,
+            "measured": {key: round(sum(v) / len(v), 2) for key, v in rung.measured_tps.items() if v},
             "accept": rung.accept,
             "step_ms": rung.step_ms,
             "decisions": rung.decisions,
@@ -78,34 +80,39 @@ def predictions(search: Search) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def versus_current(search: Search) -> list[str]:
-    """How each winner compares with the inventory's current config, when it was measured."""
-    lines: list[str] = []
-    current = search.default
-    if current is None or current.label not in search.records:
-        return lines
-    rec = search.records[current.label]
-    for winner in search.winners():
-        if winner.label is None or winner.estimate is None:
+def versus_current(search: Search) -> list[dict[str, Any]]:
+    """Each winner against the inventory's current config (:func:`repro_py.tune.verdict.versus_current`)."""
+    out = []
+    for won in search.winners():
+        versus = verdict.versus_current(search, won)
+        if versus is not None:
+            out.append(versus.as_dict())
+    return out
+
+
+def noise_document(search: Search) -> dict[str, Any]:
+    """The noise the run measured: pooled CV per repeat per rung, between restarts, of the projections."""
+    final = search.settings.final.name
+    projection: dict[str, dict[str, dict[str, float | int]]] = {}
+    for rung in search.settings.ladder:
+        if rung.name == final:
             continue
-        obj = winner.objective
-        if winner.label == current.label:
-            lines.append(f"- {obj.title}: the inventory's current config {current.label} is the winner.")
-            continue
-        final = search.estimate(rec, search.settings.final.name, obj.key)
-        if final is not None and search.eligible(rec, obj):
-            gain = winner.estimate.mean / final.mean - 1.0
-            lines.append(
-                f"- {obj.title}: {gain:+.1%} over the inventory's current config {current.label} "
-                f"({final.text()} tok/s at the full rung)."
-            )
-        else:
-            where = rec.dropped_at(obj.key)
-            why = f"dropped at {where[0]}: {where[1]}" if where else rec.failure or f"gates {rec.gates}"
-            lines.append(
-                f"- {obj.title}: the inventory's current config {current.label} did not reach the end ({why})."
-            )
-    return lines
+        projection[rung.name] = {}
+        for o in search.settings.objectives:
+            bias, variance, configs = search.noise.projection(rung.name, o.key)
+            projection[rung.name][o.key] = {
+                "mean_residual": round(bias, 4),
+                "cv": round(math.sqrt(variance), 4),
+                "configs": configs,
+            }
+    return {
+        "within": {
+            rung.name: {o.key: round(search.noise.rel_sd(rung.name, o.key), 4) for o in search.settings.objectives}
+            for rung in search.settings.ladder
+        },
+        "between_restarts": {**search.noise.between().as_dict(), "text": search.noise.between().text()},
+        "projection": projection,
+    }
 
 
 def search_document(search: Search, *, stop_reason: str, settings: dict[str, Any], restarts: int) -> dict[str, Any]:
@@ -118,10 +125,7 @@ def search_document(search: Search, *, stop_reason: str, settings: dict[str, Any
         "configs_measured": len(records),
         "space_size": len(search.space),
         "winners": [w.as_dict() for w in search.winners()],
-        "noise": {
-            rung.name: {o.key: round(search.noise.rel_sd(rung.name, o.key), 4) for o in search.settings.objectives}
-            for rung in search.settings.ladder
-        },
+        "noise": noise_document(search),
         "surrogates": {key: s.describe() for key, s in search.surrogates.items()},
         "predictions": predictions(search),
         "versus": versus_current(search),

@@ -8,17 +8,24 @@ Order of proposals:
 3. an initial design: the configs farthest (maximin, in the surrogate's
    feature space) from those measured so far, until ``init_design``
    speculative configs are in;
-4. then, per objective, the unmeasured config with the highest upper
+4. the current config again (``reference_restarts`` in all): the spread of its
+   restarts is the between-restart noise (:mod:`repro_py.tune.noise`). It
+   comes after the initial design, so the restarts are apart in time, or
+   sooner when the remaining budget would otherwise not reach it;
+5. then, per objective, the unmeasured config with the highest upper
    confidence bound (``kappa`` standard deviations) of the surrogate of its
    screened figure; the objective whose candidate promises the largest gain
    over its current winner goes next;
-5. when no candidate promises more than ``min_gain``: the current winners'
+6. when no candidate promises more than ``min_gain``: the current winners'
    unmeasured neighbours (one step in one setting), since a smooth surrogate
    can round off a sharp optimum.
 
-Configs that behave the same for every objective of the run (same features)
-are restarted once. The search stops when the space is exhausted or nothing
-is left to check; the loop enforces the budgets.
+Configs that are the same for this run are restarted once: they differ only in
+a draft window that covers every token of every sequence the run measures (its
+longest prompt, with the benchmark's prompt tolerance, plus the full rung's
+output tokens), which makes the drafter attend to exactly what a full draft
+cache would. Nothing else is assumed equal. The search stops when the space is
+exhausted or nothing is left to check; the loop enforces the budgets.
 """
 
 from __future__ import annotations
@@ -31,9 +38,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from repro_py.bench.prompts import prompt_tolerance
 from repro_py.tune.objectives import Objective
-from repro_py.tune.records import GATES_FAIL
-from repro_py.tune.surrogate import Observation, Surrogate, accept_features, step_features
+from repro_py.tune.records import GATES_FAIL, OK, RepeatedConfig
+from repro_py.tune.surrogate import Observation, Surrogate, accept_features
 from repro_py.tune.sweepio import PlannedConfig
 
 if TYPE_CHECKING:
@@ -49,14 +57,19 @@ class Proposal:
     upper: float | None = None
 
 
+def longest_sequence(search: Search) -> int:
+    """The most tokens any sequence of this run holds: the longest prompt (with the benchmark's tolerance
+    on the prompt length) plus the full rung's output tokens."""
+    return max(c.context + prompt_tolerance(c.context) for c in search.cells()) + search.settings.final.max_tokens
+
+
 def equivalence_key(search: Search, cfg: PlannedConfig) -> tuple[object, ...]:
-    """Configs with the same key behave the same for every objective of this run (e.g. a 2048-token draft
-    window and a full draft cache at a 60-token context): only one of them is ever restarted."""
-    parts: list[object] = [cfg.spec.algorithm, cfg.sim_fault]
-    if cfg.spec.algorithm != "none":
-        for obj in search.settings.objectives:
-            parts += [*accept_features(cfg.spec, obj.cell.context), *step_features(cfg.spec, obj.cell.context)]
-    return tuple(parts)
+    """Configs with the same key are the same for this run: they differ at most in a draft window that covers
+    every token of every sequence the run measures (then the drafter attends to what a full draft cache holds).
+    Only one of them is ever restarted."""
+    spec = cfg.spec
+    window = None if spec.window is None or spec.window >= longest_sequence(search) else spec.window
+    return (spec.algorithm, cfg.sim_fault, spec.budget, spec.topk, spec.block_size, window)
 
 
 def unmeasured(search: Search) -> list[PlannedConfig]:
@@ -67,7 +80,7 @@ def unmeasured(search: Search) -> list[PlannedConfig]:
 
 
 def features(search: Search, cfgs: Sequence[PlannedConfig]) -> np.ndarray[Any, np.dtype[np.float64]]:
-    context = max(o.cell.context for o in search.settings.objectives)
+    context = longest_sequence(search)
     return np.array([[*accept_features(c.spec, context), math.log2(c.spec.verify_width)] for c in cfgs])
 
 
@@ -82,32 +95,68 @@ def maximin(search: Search, pool: list[PlannedConfig]) -> PlannedConfig:
 
 
 def observations(search: Search, obj: Objective) -> list[Observation]:
+    """Each config's highest rung for ``obj``: the full rung's figure, else its projection to the full length
+    (corrected by the mean residual of projections at that rung), with acceptance and step time there."""
     out: list[Observation] = []
-    rel_se = math.sqrt(
-        search.noise.rel_variance(search.screen, obj.key) / max(1, search.settings.ladder[0].repeats)
-        + search.noise.floor_cv**2
-    )
     for rec in search.records.values():
-        data = rec.rung(search.screen)
-        if data is None or obj.key not in data.tps or rec.gates == GATES_FAIL:
+        if rec.restart > 1 or rec.gates == GATES_FAIL:
             continue
-        values = data.tps[obj.key]
+        data = next((r for r in reversed(rec.rungs) if obj.key in r.tps), None)
+        est = None if data is None else search.estimate(rec, data.name, obj.key)
+        if data is None or est is None or est.mean <= 0:
+            continue
+        bias = search.noise.projection(data.name, obj.key)[0] if obj.key in data.measured_tps else 0.0
+        n_acc, n_step = len(data.accept_values.get(obj.key) or ()), len(data.step_values.get(obj.key) or ())
+        noise = search.noise
         out.append(
             Observation(
-                rec.cfg.spec, sum(values) / len(values), data.accept.get(obj.key), data.step_ms.get(obj.key), rel_se
+                rec.cfg.spec,
+                est.mean * math.exp(bias),
+                data.accept.get(obj.key),
+                data.step_ms.get(obj.key),
+                est.se / est.mean,
+                # the acceptance is counted by the server; the step is timed, so restarts move it too
+                math.sqrt(noise.rel_variance(data.name, f"{obj.key}:accept") / n_acc) if n_acc else None,
+                math.sqrt(noise.rel_variance(data.name, f"{obj.key}:step") / n_step + noise.between().variance)
+                if n_step
+                else None,
             )
         )
     return out
+
+
+def surrogate_for(search: Search, obj: Objective) -> Surrogate:
+    """An unfitted surrogate of ``obj``'s cell, its window features at the run's longest sequence."""
+    return Surrogate(longest_sequence(search), obj.cell.concurrency)
 
 
 def fit_surrogates(search: Search) -> dict[str, Surrogate]:
     """Fit (or refit) the surrogate of every objective on the screened configs so far (for the report)."""
     for obj in search.settings.objectives:
         with contextlib.suppress(np.linalg.LinAlgError):
-            search.surrogates[obj.key] = Surrogate(obj.cell.context, obj.cell.concurrency).fit(
-                observations(search, obj)
-            )
+            search.surrogates[obj.key] = surrogate_for(search, obj).fit(observations(search, obj))
     return search.surrogates
+
+
+def reference_repeat(search: Search, remaining: int | None) -> Proposal | None:
+    """The reference's next restart, when it is due (see the module docstring)."""
+    default = search.default
+    first = None if default is None else search.records.get(default.label)
+    if default is None or first is None or first.status != OK:
+        return None
+    done = len(search.reference_records())
+    left = search.settings.reference_restarts - done
+    if left <= 0:
+        return None
+    speculative = sum(1 for r in search.records.values() if r.cfg.spec.algorithm != "none" and r.restart == 1)
+    due = speculative >= search.settings.init_design or (remaining is not None and remaining <= left)
+    if not due:
+        return None
+    return Proposal(
+        RepeatedConfig.of(default, done + 1),
+        f"restart {done + 1} of the inventory's current config {default.label}: the spread of its restarts "
+        "measures the between-restart noise",
+    )
 
 
 def local_check(search: Search, pool: list[PlannedConfig]) -> Proposal | None:
@@ -134,26 +183,26 @@ def local_check(search: Search, pool: list[PlannedConfig]) -> Proposal | None:
     return None
 
 
-def propose(search: Search) -> Proposal | None:
+def propose(search: Search, remaining: int | None = None) -> Proposal | None:
     pool = unmeasured(search)
-    if not pool:
-        search.stop_reason = (
-            "every config of the space was measured (or one that behaves the same for these objectives)"
-        )
-        return None
     baseline = next((c for c in pool if c.spec.algorithm == "none"), None)
-    if baseline is not None:
+    if baseline is not None and (search.default is None or search.default.spec.algorithm != "none"):
         return Proposal(baseline, "lossless reference: the autoregressive baseline runs first, as in a sweep")
     if search.default is not None and search.default.label not in search.records:
         return Proposal(search.default, "the inventory's current config (the one to beat)")
+    repeat = reference_repeat(search, remaining)
+    if repeat is not None:
+        return repeat
+    if not pool:
+        return _stop(search, "every config of the space was measured (or one that is the same for this run)")
     speculative = [c for c in pool if c.spec.algorithm != "none"]
-    measured = sum(1 for r in search.records.values() if r.cfg.spec.algorithm != "none")
+    measured = sum(1 for r in search.records.values() if r.cfg.spec.algorithm != "none" and r.restart == 1)
     if measured < search.settings.init_design:
         return Proposal(maximin(search, speculative), "initial design: the config farthest from those measured")
     best: tuple[float, Proposal] | None = None
     for obj in search.settings.objectives:
         try:
-            surrogate = Surrogate(obj.cell.context, obj.cell.concurrency).fit(observations(search, obj))
+            surrogate = surrogate_for(search, obj).fit(observations(search, obj))
         except np.linalg.LinAlgError as exc:
             return Proposal(maximin(search, speculative), f"space-filling: the surrogate could not be fitted ({exc})")
         search.surrogates[obj.key] = surrogate
@@ -185,10 +234,19 @@ def propose(search: Search) -> Proposal | None:
         local = local_check(search, pool)
         if local is not None:
             return local
-        search.stop_reason = (
+        return _stop(
+            search,
             f"converged: no unmeasured config's upper bound ({search.settings.kappa:g} sd) beats the current "
             f"winner of any objective by more than {search.settings.min_gain:.0%}, and every neighbour of each "
-            "winner was measured"
+            "winner was measured",
         )
-        return None
     return best[1]
+
+
+def _stop(search: Search, reason: str) -> Proposal | None:
+    """Nothing is left to search: the reference's restarts still due come first, then the search stops."""
+    repeat = reference_repeat(search, 0)
+    if repeat is not None:
+        return repeat
+    search.stop_reason = reason
+    return None

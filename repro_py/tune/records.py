@@ -24,14 +24,55 @@ GATES_FAIL = "FAIL"
 GATES_NOT_RUN = "not run"
 
 
+#: The label suffix of a repeated restart of the reference: ``<label>.r2`` is its second restart.
+REPEAT_MARK = ".r"
+
+
+@dataclasses.dataclass(frozen=True)
+class RepeatedConfig(PlannedConfig):
+    """The same config restarted again (the reference, for the between-restart noise): its own label, so its
+    result is a file of its own (``configs/<label>.r2.json``); the engine runs exactly the config."""
+
+    restart: int = 2
+
+    @property
+    def label(self) -> str:
+        return f"{self.base_label}{REPEAT_MARK}{self.restart}"
+
+    @property
+    def base_label(self) -> str:
+        return super().label  # the config's label in the space, its sampling setting included
+
+    @classmethod
+    def of(cls, cfg: PlannedConfig, restart: int) -> RepeatedConfig:
+        return cls(
+            spec=cfg.spec, sim_fault=cfg.sim_fault, extra_vars=cfg.extra_vars, sampling=cfg.sampling, restart=restart
+        )
+
+
+def split_label(label: str) -> tuple[str, int]:
+    """(the config's label, restart number) of a result label: ``x.r2`` -> ``("x", 2)``, ``x`` -> ``("x", 1)``."""
+    base, mark, number = label.rpartition(REPEAT_MARK)
+    if mark and base and number.isdigit() and int(number) >= 2:
+        return base, int(number)
+    return label, 1
+
+
 @dataclasses.dataclass
 class RungData:
-    """Raw figures of one rung: per objective the per-repeat tok/s and the acceptance, per SLO its repeats."""
+    """Raw figures of one rung: per objective the per-repeat tok/s and the acceptance, per SLO its repeats.
+
+    Below the full rung ``tps`` holds each repeat's figure projected to the full output length
+    (:mod:`repro_py.tune.projection`) and ``measured_tps`` what was measured; at the full rung, or when a
+    repeat lacks the timing to project, ``tps`` is the measured figure and ``measured_tps`` has no entry."""
 
     name: str
     tps: dict[str, list[float]] = dataclasses.field(default_factory=dict)  # objective key -> repeats
+    measured_tps: dict[str, list[float]] = dataclasses.field(default_factory=dict)  # objective -> as measured
     accept: dict[str, float | None] = dataclasses.field(default_factory=dict)  # objective key -> accept length
     step_ms: dict[str, float | None] = dataclasses.field(default_factory=dict)  # objective key -> decode step
+    accept_values: dict[str, list[float]] = dataclasses.field(default_factory=dict)  # per repeat (counters)
+    step_values: dict[str, list[float]] = dataclasses.field(default_factory=dict)  # per repeat (median chunk gap)
     slo_values: dict[str, list[float]] = dataclasses.field(default_factory=dict)  # "objective|metric" -> repeats
     cell_errors: dict[str, str] = dataclasses.field(default_factory=dict)  # objective key -> why no figure
     decisions: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # objective -> keep/reason
@@ -45,8 +86,11 @@ class RungData:
         return cls(
             name=str(doc.get("name")),
             tps={str(k): [float(x) for x in v] for k, v in (doc.get("tps") or {}).items()},
+            measured_tps={str(k): [float(x) for x in v] for k, v in (doc.get("measured_tps") or {}).items()},
             accept={str(k): (None if v is None else float(v)) for k, v in (doc.get("accept") or {}).items()},
             step_ms={str(k): (None if v is None else float(v)) for k, v in (doc.get("step_ms") or {}).items()},
+            accept_values={str(k): [float(x) for x in v] for k, v in (doc.get("accept_values") or {}).items()},
+            step_values={str(k): [float(x) for x in v] for k, v in (doc.get("step_values") or {}).items()},
             slo_values={str(k): [float(x) for x in v] for k, v in (doc.get("slo_values") or {}).items()},
             cell_errors={str(k): str(v) for k, v in (doc.get("cell_errors") or {}).items()},
             decisions={str(k): dict(v) for k, v in (doc.get("decisions") or {}).items()},
@@ -72,6 +116,15 @@ class Record:
     @property
     def label(self) -> str:
         return self.cfg.label
+
+    @property
+    def base_label(self) -> str:
+        """The config's label in the space (a repeated restart's ``x.r2`` -> ``x``)."""
+        return self.cfg.base_label if isinstance(self.cfg, RepeatedConfig) else self.cfg.label
+
+    @property
+    def restart(self) -> int:
+        return self.cfg.restart if isinstance(self.cfg, RepeatedConfig) else 1
 
     def rung(self, name: str) -> RungData | None:
         return next((r for r in self.rungs if r.name == name), None)

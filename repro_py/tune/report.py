@@ -39,6 +39,9 @@ def _cells(entry: dict[str, Any], ladder: list[dict[str, Any]]) -> dict[str, str
         for key, est in body["figures"].items():
             accept = body["accept"].get(key)
             text = "-" if est is None else f"{est['mean']:.1f}"
+            measured = (body.get("measured") or {}).get(key)
+            if measured is not None:
+                text += f" [measured {measured:.1f}]"
             if accept:
                 text += f" (acc {accept:.2f})"
             shown.append(text if len(body["figures"]) == 1 else f"{key} {text}")
@@ -87,8 +90,9 @@ def context(doc: dict[str, Any], run_path: Path, plot_paths: dict[str, Path]) ->
         "capped": settings["space"].get("left_out_topk_above_budget") or 0,
         "ladder": ladder,
         "confidence": settings["noise"]["confidence"],
-        "floor": settings["noise"]["floor_cv"],
-        "noise_full": doc["noise"].get(last, {}),
+        "between": doc["noise"]["between_restarts"]["text"],
+        "noise_full": doc["noise"]["within"].get(last, {}),
+        "projection": doc["noise"]["projection"],
         "restarts": doc["restarts"],
         "budget_text": budget_text,
         "measured": doc["configs_measured"],
@@ -97,7 +101,7 @@ def context(doc: dict[str, Any], run_path: Path, plot_paths: dict[str, Path]) ->
         "failed": sum(1 for p in doc["path"] if p["status"] == "failed" and p["gates"] != "FAIL"),
         "stop_reason": doc["stop_reason"],
         "winners": winners,
-        "baseline_lines": doc.get("versus") or [],
+        "versus": doc.get("versus") or [],
         "path": path,
         "plots": {name: p.relative_to(run_path / "tune").as_posix() for name, p in plot_paths.items()},
     }

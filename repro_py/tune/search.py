@@ -14,9 +14,9 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from repro_py.tune import proposals
+from repro_py.tune import proposals, verdict
 from repro_py.tune.ladder import Rung, race
-from repro_py.tune.noise import Estimate, NoiseModel, prob_greater
+from repro_py.tune.noise import Estimate, NoiseModel
 from repro_py.tune.objectives import (
     Cell,
     Objective,
@@ -26,7 +26,9 @@ from repro_py.tune.objectives import (
     repeat_values,
     slo_cells,
     step_ms,
+    step_values,
 )
+from repro_py.tune.projection import projected_values
 from repro_py.tune.proposals import Proposal
 from repro_py.tune.records import (
     FAILED,
@@ -35,16 +37,21 @@ from repro_py.tune.records import (
     GATES_PASS,
     OK,
     Record,
+    RepeatedConfig,
     RungData,
+    split_label,
 )
 from repro_py.tune.space import Space
 from repro_py.tune.surrogate import Surrogate
 from repro_py.tune.sweepio import GATE_FAILED, PlannedConfig
+from repro_py.tune.verdict import Winner
 
 DEFAULT_INIT_DESIGN = 4
 DEFAULT_KAPPA = 2.0
 #: A restart is not worth less than this relative gain over the current winner (the noise floor of one).
 DEFAULT_MIN_GAIN = 0.01
+#: Restarts of the reference (the inventory's current config): two measure the between-restart noise.
+DEFAULT_REFERENCE_RESTARTS = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,41 +63,11 @@ class SearchSettings:
     init_design: int = DEFAULT_INIT_DESIGN
     kappa: float = DEFAULT_KAPPA
     min_gain: float = DEFAULT_MIN_GAIN
+    reference_restarts: int = DEFAULT_REFERENCE_RESTARTS
 
     @property
     def final(self) -> Rung:
         return self.ladder[-1]
-
-
-@dataclasses.dataclass(frozen=True)
-class Winner:
-    objective: Objective
-    label: str | None
-    estimate: Estimate | None
-    runner_up: str | None
-    runner_up_estimate: Estimate | None
-    confidence: float | None  # P(winner > runner-up)
-    note: str
-
-    @property
-    def margin(self) -> float | None:
-        if self.estimate is None or self.runner_up_estimate is None or self.estimate.mean <= 0:
-            return None
-        return (self.estimate.mean - self.runner_up_estimate.mean) / self.estimate.mean
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "objective": self.objective.key,
-            "title": self.objective.title,
-            "cell": {"context": self.objective.cell.context, "concurrency": self.objective.cell.concurrency},
-            "label": self.label,
-            "estimate": None if self.estimate is None else self.estimate.as_dict(),
-            "runner_up": self.runner_up,
-            "runner_up_estimate": None if self.runner_up_estimate is None else self.runner_up_estimate.as_dict(),
-            "margin": self.margin,
-            "confidence": self.confidence,
-            "note": self.note,
-        }
 
 
 class Search:
@@ -102,10 +79,11 @@ class Search:
         *,
         default: PlannedConfig | None = None,
     ) -> None:
-        self.space = space
+        # the inventory's current config is always measured: it joins the space when the space lacks it
+        self.space = space if default is None or default.label in space.by_label() else space.including(default)
         self.settings = settings
         self.noise = noise
-        self.default = default if default is not None and default.label in space.by_label() else None
+        self.default = default
         self.records: dict[str, Record] = {}
         self.stop_reason: str | None = None
         self._extra_cells = slo_cells(
@@ -122,6 +100,39 @@ class Search:
     def objective(self, key: str) -> Objective:
         return next(o for o in self.settings.objectives if o.key == key)
 
+    def cells(self) -> list[Cell]:
+        """Every cell this run measures: the objectives' and those the SLOs add."""
+        return sorted({o.cell for o in self.settings.objectives} | set(self._extra_cells))
+
+    def is_reference(self, rec: Record) -> bool:
+        """The inventory's current config (any of its restarts): the one to beat, measured at every rung."""
+        return self.default is not None and rec.base_label == self.default.label
+
+    def reference_records(self) -> list[Record]:
+        return sorted((r for r in self.records.values() if self.is_reference(r)), key=lambda r: r.restart)
+
+    def mandatory_restarts(self, *, restore: bool) -> tuple[int, list[str]]:
+        """Restarts every run makes before any candidate: (count, what they are)."""
+        parts: list[tuple[int, str]] = []
+        default_is_baseline = self.default is not None and self.default.spec.algorithm == "none"
+        if any(c.spec.algorithm == "none" for c in self.space.configs) and not default_is_baseline:
+            parts.append((1, "the baseline (the lossless reference)"))
+        if self.default is not None:
+            n = max(1, self.settings.reference_restarts)
+            why = "; restarted twice or more to measure the between-restart noise" if n > 1 else ""
+            parts.append((n, f"the inventory's current config {self.default.label} (the one to beat{why})"))
+        if restore:
+            parts.append((1, "the final restore"))
+        return sum(n for n, _ in parts), [f"{n} for {what}" for n, what in parts]
+
+    def config_for(self, label: str) -> PlannedConfig | None:
+        """The config of a result label (a repeated restart ``x.r2`` of the space's ``x`` included)."""
+        base, restart = split_label(label)
+        cfg = self.space.by_label().get(base)
+        if cfg is None:
+            return None
+        return cfg if restart == 1 else RepeatedConfig.of(cfg, restart)
+
     def start(self, proposal: Proposal) -> Record:
         rec = Record(
             cfg=proposal.cfg,
@@ -134,14 +145,25 @@ class Search:
 
     def abandon(self, label: str) -> None:
         """The config in flight was interrupted: it has no result and will be proposed again."""
-        self.records.pop(label, None)
+        rec = self.records.pop(label, None)
         self.noise.forget(label)
+        if rec is not None and self.is_reference(rec):
+            self.noise.forget_restart(rec.restart)
 
     def estimate(self, rec: Record, rung: str, objective: str) -> Estimate | None:
+        """One record's (one restart's) estimate at ``rung``; below the full rung a projection to its length."""
         data = rec.rung(rung)
         if data is None or objective not in data.tps:
             return None
-        return self.noise.estimate(rung, objective, data.tps[objective])
+        return self.noise.estimate(rung, objective, data.tps[objective], projected=objective in data.measured_tps)
+
+    def final_estimate(self, rec: Record, objective: str) -> Estimate | None:
+        """The full rung's estimate of a config; for the reference, over every restart that measured it."""
+        final = self.settings.final.name
+        if not self.is_reference(rec):
+            return self.estimate(rec, final, objective)
+        parts = [e for r in self.reference_records() if (e := self.estimate(r, final, objective)) is not None]
+        return self.noise.combined(parts)
 
     # ------------------------------------------------------------ inside one restart
 
@@ -167,9 +189,15 @@ class Search:
                 why = (cell or {}).get("reason") or "no repeat without failed requests"
                 data.cell_errors[obj.key] = f"{obj.cell}: {why}"
                 continue
-            data.tps[obj.key] = values
+            projected = None if final else projected_values(cell, rung.max_tokens, self.settings.final.max_tokens)
+            if projected is not None and len(projected) == len(values):
+                data.tps[obj.key], data.measured_tps[obj.key] = projected, values
+            else:
+                data.tps[obj.key] = values
             data.accept[obj.key] = accept_length(cell)
             data.step_ms[obj.key] = step_ms(cell)
+            data.accept_values[obj.key] = repeat_values(cell, "accept_length")
+            data.step_values[obj.key] = step_values(cell)
             for slo in self.settings.slos:
                 if slo.kind == "latency":
                     data.slo_values[f"{obj.key}|{slo.metric}"] = repeat_values(cell, slo.metric)
@@ -183,33 +211,60 @@ class Search:
         self._apply(rec, data, final=final)
         return rec.alive
 
-    def _apply(self, rec: Record, data: RungData, *, final: bool, decided: bool = False) -> None:
-        """Feed the noise model, then (unless replaying recorded decisions) decide per objective."""
+    def _observe(self, rec: Record, data: RungData, *, final: bool) -> None:
+        """Feed the noise model: repeats (within), the reference's restarts (between), projections."""
         for key, values in data.tps.items():
             self.noise.observe(data.name, key, rec.label, values)
+            if self.is_reference(rec):
+                self.noise.observe_restart(data.name, key, rec.restart, values)
         for key, values in data.slo_values.items():
             self.noise.observe(data.name, key.split("|")[1], rec.label, values)
+        for key, values in data.accept_values.items():
+            self.noise.observe(data.name, f"{key}:accept", rec.label, values)
+        for key, values in data.step_values.items():
+            self.noise.observe(data.name, f"{key}:step", rec.label, values)
+        if final:
+            for lower in rec.rungs:
+                for key, values in lower.tps.items():
+                    if key in lower.measured_tps and key in data.tps:
+                        self.noise.observe_projection(
+                            lower.name, key, rec.label, values, full_rung=data.name, full=data.tps[key]
+                        )
+
+    def _decide(self, rec: Record, data: RungData, key: str) -> dict[str, Any]:
+        if key in data.cell_errors:
+            return {"keep": False, "reason": f"no valid measurement: {data.cell_errors[key]}"}
+        own = self.noise.estimate(data.name, key, data.tps[key], projected=key in data.measured_tps)
+        assert own is not None
+        others = [
+            (r.label, est)
+            for r in self.records.values()
+            if r is not rec
+            and r.restart == 1
+            and not r.known_ineligible
+            and (est := self.estimate(r, data.name, key)) is not None
+        ]
+        verdict_ = race(own, others)
+        decision: dict[str, Any] = {"keep": verdict_.keep, "reason": verdict_.reason, "estimate": own.as_dict()}
+        if not verdict_.keep and self.is_reference(rec):
+            decision.update(
+                keep=True,
+                reason=f"the inventory's current config is measured to the end (the one to beat); {verdict_.reason}",
+            )
+        for slo in self.settings.slos:
+            values = data.slo_values.get(f"{key}|{slo.metric}") or []
+            est = self.noise.estimate(data.name, slo.metric, values)
+            if est is not None and slo.clearly_violated(est.low, est.high):
+                decision.update(keep=False, reason=f"violates SLO {slo}: {est.text()}")
+        return decision
+
+    def _apply(self, rec: Record, data: RungData, *, final: bool, decided: bool = False) -> None:
+        """Feed the noise model, then (unless replaying recorded decisions) decide per objective."""
+        self._observe(rec, data, final=final)
         rec.rungs.append(data)
         if not decided:
             for key in sorted(rec.alive):
-                if key in data.cell_errors:
-                    data.decisions[key] = {"keep": False, "reason": f"no valid measurement: {data.cell_errors[key]}"}
-                    continue
-                own = self.noise.estimate(data.name, key, data.tps[key])
-                assert own is not None
-                others = [
-                    (r.label, est)
-                    for r in self.records.values()
-                    if r is not rec and not r.known_ineligible and (est := self.estimate(r, data.name, key)) is not None
-                ]
-                verdict = race(own, others)
-                decision = {"keep": verdict.keep, "reason": verdict.reason, "estimate": own.as_dict()}
-                for slo in self.settings.slos:
-                    values = data.slo_values.get(f"{key}|{slo.metric}") or []
-                    est = self.noise.estimate(data.name, slo.metric, values)
-                    if est is not None and slo.clearly_violated(est.low, est.high):
-                        decision.update(keep=False, reason=f"violates SLO {slo}: {est.text()}")
-                data.decisions[key] = decision
+                data.decisions[key] = self._decide(rec, data, key)
             if final:
                 for slo in self.settings.slos:
                     values = data.slo_values.get(f"*|{slo.metric}") or []
@@ -223,6 +278,11 @@ class Search:
 
     def wants_gates(self, label: str) -> tuple[bool, str]:
         rec = self.records[label]
+        if rec.restart > 1:
+            return False, (
+                f"not gated: restart {rec.restart} of {rec.base_label}, which was gated in its first restart "
+                "(this one measures the between-restart noise)"
+            )
         if rec.cfg.spec.algorithm == "none":
             return True, "the lossless reference (the autoregressive baseline) is gated"
         if rec.alive and rec.last_rung == self.settings.final.name:
@@ -278,7 +338,7 @@ class Search:
     def replay(self, result: Mapping[str, Any]) -> Record | None:
         """Rebuild a record from a result file written by an earlier session of this run (``--resume``)."""
         label = str(result.get("label"))
-        cfg = self.space.by_label().get(label)
+        cfg = self.config_for(label)
         tune = ((result.get("bench") or {}).get("tune")) or {}
         if cfg is None:
             return None
@@ -295,8 +355,11 @@ class Search:
     # ------------------------------------------------------------ outcome
 
     def eligible(self, rec: Record, obj: Objective) -> bool:
-        """Measured at full fidelity for ``obj``, every gate passed, every SLO met (point estimates)."""
-        if rec.status != OK or rec.gates != GATES_PASS or rec.slo_failures or obj.key not in rec.alive:
+        """Measured at full fidelity for ``obj``, every gate passed, every SLO met (point estimates); a repeated
+        restart stands for its config's first, never for itself."""
+        if rec.restart > 1 or rec.status != OK or rec.gates != GATES_PASS or rec.slo_failures:
+            return False
+        if obj.key not in rec.alive:
             return False
         final = rec.rung(self.settings.final.name)
         if final is None or obj.key not in final.tps:
@@ -312,49 +375,21 @@ class Search:
         out = []
         for rec in self.records.values():
             if self.eligible(rec, obj):
-                est = self.estimate(rec, self.settings.final.name, obj.key)
+                est = self.final_estimate(rec, obj.key)
                 if est is not None:
                     out.append((rec, est))
         return sorted(out, key=lambda item: (-item[1].mean, item[0].order))
 
     def winners(self) -> list[Winner]:
-        out: list[Winner] = []
-        for obj in self.settings.objectives:
-            ranked = self.ranked(obj)
-            if not ranked:
-                out.append(
-                    Winner(
-                        obj,
-                        None,
-                        None,
-                        None,
-                        None,
-                        None,
-                        "no config reached full fidelity, passed every gate and met every SLO",
-                    )
-                )
-                continue
-            (best, best_est), rest = ranked[0], ranked[1:]
-            if not rest:
-                dropped = sum(1 for r in self.records.values() if r.dropped_at(obj.key))
-                note = f"the only config measured at full fidelity that passed; {dropped} others were clearly behind"
-                out.append(Winner(obj, best.label, best_est, None, None, None, note))
-                continue
-            runner, runner_est = rest[0]
-            conf = prob_greater(best_est, runner_est)
-            margin = (best_est.mean - runner_est.mean) / best_est.mean
-            if best_est.low > runner_est.high:
-                note = f"clearly ahead of {runner.label} ({margin:.1%})"
-            else:
-                note = f"within the noise of {runner.label} (margin {margin:.1%}; either is a sound choice)"
-            out.append(Winner(obj, best.label, best_est, runner.label, runner_est, conf, note))
-        return out
+        """Per objective: the best eligible config and how it stands against the runner-up (:mod:`verdict`)."""
+        return [verdict.winner(self, obj) for obj in self.settings.objectives]
 
     # ------------------------------------------------------------ proposals (repro_py.tune.proposals)
 
-    def propose(self) -> Proposal | None:
-        """The next config to restart, or None (``stop_reason`` says why)."""
-        return proposals.propose(self)
+    def propose(self, remaining: int | None = None) -> Proposal | None:
+        """The next config to restart, or None (``stop_reason`` says why); ``remaining``: restarts left for
+        configs (the restore already set aside), when the budget counts restarts."""
+        return proposals.propose(self, remaining)
 
     def fit_surrogates(self) -> dict[str, Surrogate]:
         """Fit (or refit) the surrogate of every objective on the screened configs so far (for the report)."""

@@ -136,7 +136,11 @@ class TuneSettings:
                 + (f"; {self.space.capped} with topk > budget left out" if self.space.capped else ""),
             ),
             ("ladder", " -> ".join(f"{r.name} {r.max_tokens} tok x {r.repeats}" for r in self.ladder) + " -> gates"),
-            ("noise", f"{self.confidence:.0%} intervals, between-restart floor {self.floor_cv:.1%}"),
+            (
+                "noise",
+                f"{self.confidence:.0%} intervals; between restarts measured from the current config's restarts "
+                f"(assumed {self.floor_cv:.1%} until then)",
+            ),
             ("budget", limit),
             ("sampling", f"{self.sampling.text} in every benchmark request"),
         ]

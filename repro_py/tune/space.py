@@ -46,6 +46,17 @@ class Space:
     def by_label(self) -> dict[str, PlannedConfig]:
         return {c.label: c for c in self.configs}
 
+    def including(self, cfg: PlannedConfig) -> Space:
+        """This space with ``cfg`` added (the inventory's current config, which every run measures)."""
+        if cfg.label in self.by_label():
+            return self
+        return dataclasses.replace(
+            self,
+            configs=(*self.configs, cfg),
+            raws=(*self.raws, cfg.short()),
+            source=f"{self.source}, plus the inventory's current config {cfg.label}",
+        )
+
     def neighbours(self, cfg: PlannedConfig) -> list[PlannedConfig]:
         """Configs of the space one step away: the same algorithm and settings but one, which is the next value
         up or down among those the space has (a full draft cache counts as the longest window)."""

@@ -16,7 +16,7 @@ tokens/s over (budget, top-K, acceptance) proposes configs that were never
 run. Each part is a Gaussian-process regression (squared-exponential kernel
 on log2 budget, log2 top-K, block, log2 of the draft-context share, a
 full-draft-cache flag, a chain flag; a linear trend in log2 budget / verify
-width; per-point noise from the pooled measurement noise; one length-scale
+width; per-point noise from the pooled measurement noise of that part; one length-scale
 multiplier and the signal variance chosen by marginal likelihood) fitted to
 the log of the screened figures. The prediction for a config is the log
 tok/s mean and standard deviation; the search ranks unmeasured configs by
@@ -166,8 +166,10 @@ class Observation:
     spec: SpecConfig
     tps: float  # the measured figure (aggregate output tok/s, first token included)
     accept: float | None  # acceptance length from the counters
-    step_ms: float | None  # decode step time (median inter-chunk gap)
+    step_ms: float | None  # decode step time (time per token x acceptance, repro_py.tune.objectives.step_values)
     rel_se: float  # relative standard error of tps (log-space sd)
+    accept_rel_se: float | None = None  # relative standard error of the acceptance length (None: rel_se)
+    step_rel_se: float | None = None  # relative standard error of the step time (None: rel_se)
 
 
 @dataclasses.dataclass
@@ -199,10 +201,18 @@ class Surrogate:
             # the model is of the acceptance *per available draft depth*: (accept - 1) / max depth, in (0, 1]
             log_acc = np.array([math.log(max(float(o.accept or 1.0) - 1.0, 0.05) / max_depth(o.spec)) for o in obs])
             log_step = np.array([math.log(float(o.step_ms or 1.0)) for o in obs])
-            # The acceptance carries most of the run-to-run noise; a median step time is steadier.
+            # each part's own measured noise; log(accept - 1) moves accept / (accept - 1) times as much as log accept
+            noise_acc = np.array(
+                [
+                    (max(o.rel_se if o.accept_rel_se is None else o.accept_rel_se, 1e-3) * a / max(a - 1.0, 0.05)) ** 2
+                    for o in obs
+                    if (a := float(o.accept or 1.0))
+                ]
+            )
+            noise_step = np.array([max(o.rel_se if o.step_rel_se is None else o.step_rel_se, 1e-3) ** 2 for o in obs])
             self._parts = [
-                (GaussianProcess().fit(self._x(specs, "accept"), log_acc, noise), "accept"),
-                (GaussianProcess().fit(self._x(specs, "step"), log_step, noise * 0.25), "step"),
+                (GaussianProcess().fit(self._x(specs, "accept"), log_acc, noise_acc), "accept"),
+                (GaussianProcess().fit(self._x(specs, "step"), log_step, noise_step), "step"),
             ]
             self.mode = "acceptance/step"
         else:

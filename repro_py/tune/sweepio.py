@@ -22,6 +22,7 @@ from repro_py.sweep.cli import (
     print_gates,
     print_resume,
     refuse_unisolated,
+    resume_command,
 )
 from repro_py.sweep.errors import PlanError
 from repro_py.sweep.estimate import format_duration
@@ -82,6 +83,7 @@ __all__ = [
     "print_gates",
     "print_resume",
     "refuse_unisolated",
+    "resume_command",
     "validate_all",
     "validate_config",
 ]

@@ -10,6 +10,9 @@ later sweep restores the tuned config), under a comment that says where the
 values come from: run id, the SHA-256 of the run's ``MANIFEST.sha256``, the
 date, the objective, the figure with its interval, margin and confidence.
 
+It is proposed only when the evidence supports replacing the current config:
+the winner is ahead of it with the run's confidence, or the current config
+failed, garbled or broke an SLO (:func:`repro_py.tune.verdict.versus_current`).
 It is shown as a unified diff first and written (atomically) only when asked;
 after writing, the inventory is read back with ``ansible-inventory`` and the
 host's resolved variables must equal the winner, or the write is reported as
@@ -22,8 +25,7 @@ import dataclasses
 import datetime as dt
 import difflib
 import hashlib
-import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +35,9 @@ from rich.console import Console
 from repro_py import spec_config
 from repro_py.atomicio import write_text_atomic
 from repro_py.exitcodes import ExitCode
+from repro_py.tune import verdict
 from repro_py.tune.search import Search
-from repro_py.tune.sweepio import PlannedConfig, RunDir, Target, load_target
+from repro_py.tune.sweepio import PlannedConfig, RunDir, Target, load_target, resume_command
 
 #: short key -> the sglang_service role variable it sets (roles/sglang_service/tasks/resolve.yml maps the same way)
 ROLE_VARS: dict[str, str] = spec_config.ROLE_VARS
@@ -142,9 +145,11 @@ def offer(
     results: Path,
     write: bool,
     ask: bool,
+    options: Sequence[str] = (),
 ) -> int:
-    """Show the first objective's winner as a diff of the inventory; write it when ``write`` (or the answer
-    to the question, when ``ask``); the exit code."""
+    """Show the first objective's winner as a diff of the inventory, when the evidence supports replacing the
+    current config; write it when ``write`` (or the answer to the question, when ``ask``); the exit code.
+    ``options``: the run's own settings the printed command keeps (``--reconfigurer local``, ``-e``)."""
     primary = search.settings.objectives[0]
     winner = next(w for w in search.winners() if w.objective.key == primary.key)
     if winner.label is None or winner.estimate is None:
@@ -154,12 +159,18 @@ def offer(
     if not in_effect(target, cfg):
         console.print(f"the inventory already runs the {primary.key} winner {winner.label}; nothing to write")
         return ExitCode.OK
+    versus = verdict.versus_current(search, winner)
+    if versus is None or not versus.replace:
+        why = "no comparison with the current config" if versus is None else versus.text
+        console.print(f"nothing to write back for {primary.key}: {why}", markup=False, highlight=False)
+        return ExitCode.OK
     margin = "" if winner.margin is None else f", margin {winner.margin:.1%} over {winner.runner_up}"
     confidence = "" if winner.confidence is None else f", confidence {winner.confidence:.0%}"
     provenance = {
         "objective": primary.title,
         "winner": f"{winner.label}: {winner.estimate.text()} tok/s{margin}{confidence}"
         + (" (SIMULATED engine)" if target.simulated else ""),
+        "versus the current config": versus.text,
         "run id": run_dir.run_id,
         "manifest sha256": manifest_sha256(run_dir.path),
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
@@ -176,9 +187,10 @@ def offer(
     if not do_write and ask:
         do_write = console.input(f"write {change.path}? [y/N] ").strip().lower() in {"y", "yes"}
     if not do_write:
-        where = "" if results == Path("results") else f" --results {shlex.quote(str(results))}"
-        command = f"python -m repro_py.tune {shlex.quote(str(inventory))} --resume --run-id {run_dir.run_id}{where}"
-        console.print(f"not written; to write it: {command} --write", markup=False, highlight=False, soft_wrap=True)
+        command = resume_command(
+            str(inventory), run_dir.run_id, tool="repro_py.tune", results=results, options=[*options, "--write"]
+        )
+        console.print(f"not written; to write it: {command}", markup=False, highlight=False, soft_wrap=True)
         return ExitCode.OK
     remaining = write_change(change, inventory, target.host, cfg)
     if remaining:

@@ -194,3 +194,14 @@ def test_a_helper_the_tests_do_not_call_is_not_theirs_to_see() -> None:
     code = "def f(x):\n    return x\ndef expected():\n    return 3\n"
     res = run_candidate(code, "assert f(3) == expected()\n", entry_points=("f",))
     assert res.outcome == "exception" and "NameError" in res.detail, res
+
+
+def test_a_stand_in_bwrap_never_names_the_real_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bwrap taken away for one check does not leave its version behind for the next (CI saw the recorded
+    isolation read 'false (GNU coreutils) 9.1' after a test had put /bin/false in bwrap's place)."""
+    with monkeypatch.context() as stand_in:
+        stand_in.setattr(iso, "find_tool", lambda name: "/bin/false")
+        assert iso.describe("bwrap", 1).startswith("bubblewrap (/bin/false, version not reported)")
+    if iso.find_tool("bwrap") is not None:
+        assert iso.describe("bwrap", 1).startswith("bubblewrap "), iso.describe("bwrap", 1)
+        assert "coreutils" not in iso.describe("bwrap", 1)

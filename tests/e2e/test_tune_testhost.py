@@ -2,11 +2,14 @@
 
 `python -m repro_py.tune inventory/local --objective single-stream` over a
 small space with compressed time (`-e sglang_service_sim_speed=20`, short
-outputs, a 5-restart budget): every restart is `playbooks/reconfigure.yml`
-through ansible-runner, as in a sweep. Ctrl-C after the first result, then
-`--resume`; the winner, the search path, both reports, a manifest that GNU
-`sha256sum -c` accepts, the default config restored, and the write-back shown
-as a diff but not written (`--no-write`).
+outputs, a 5-restart budget: the baseline, the current config, one candidate,
+the current config again for the between-restart noise, the restore): every
+restart is `playbooks/reconfigure.yml` through ansible-runner, as in a sweep.
+Ctrl-C after the first result, then `--resume` as printed (the extra var kept);
+the winner, the search path, both reports, a manifest that GNU `sha256sum -c`
+accepts, the default config restored, and the write-back shown as a diff but
+not written (`--no-write`) when the winner beats the current config with the
+run's confidence, else the reason nothing is proposed.
 
 Needs the deployed test host (`make e2e` deploys it first) and runs only with
 SGLANG_TESTHOST=1. TUNE_E2E_INVENTORY points it at another copy of
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -70,12 +74,14 @@ def test_tune_single_stream_on_the_systemd_test_host_interrupted_and_resumed(tmp
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == ExitCode.INTERRUPTED, out
     assert json.loads((run_dir / "state.json").read_text())["status"] == "interrupted"
-    assert f"python -m repro_py.tune {INVENTORY} --resume --run-id {run_id}" in out
+    resume = next(line for line in out.splitlines() if line.startswith("python -m repro_py.tune "))
+    assert resume.startswith(f"python -m repro_py.tune {INVENTORY} --resume --run-id {run_id}"), out
+    assert resume.endswith(" -e sglang_service_sim_speed=20"), resume  # the run's extra var, kept
     first = {p.name: p.read_bytes() for p in (run_dir / "configs").glob("*.json")}
     assert len(first) == 1 and "baseline.json" in first, out  # the lossless reference runs first
     assert not list(run_dir.rglob("*.tmp"))
 
-    proc = _tune(["--resume", "--no-write", *common])
+    proc = _tune([*shlex.split(resume)[4:], "--no-write"])  # as printed
     out, _ = proc.communicate(timeout=2400)
     print(out)
     assert proc.returncode == ExitCode.OK, out
@@ -86,6 +92,7 @@ def test_tune_single_stream_on_the_systemd_test_host_interrupted_and_resumed(tmp
     assert search["restarts"] == 5 and search["configs_measured"] == 4, search["stop_reason"]
     path = [p["label"] for p in search["path"]]
     assert path[:2] == ["baseline", "ddtree-b8-t4-w2048-bs8"]  # the reference, then the inventory's config
+    assert path[3] == "ddtree-b8-t4-w2048-bs8.r2" and search["noise"]["between_restarts"]["restarts"] == 2
     (winner,) = search["winners"]
     assert winner["label"] and winner["label"] != "baseline", winner
     entry = next(p for p in search["path"] if p["label"] == winner["label"])
@@ -109,8 +116,14 @@ def test_tune_single_stream_on_the_systemd_test_host_interrupted_and_resumed(tmp
     state = json.loads((run_dir / "state.json").read_text())
     assert state["status"] == "complete" and state["restore"]["status"] == "ok", state.get("restore")
     assert state["restore"]["label"] == "ddtree-b8-t4-w2048-bs8"
-    # the write-back is shown, never written without --write
-    if winner["label"] != "ddtree-b8-t4-w2048-bs8":
+    # the write-back is shown only when the winner beats the current config, and never written without --write
+    (versus,) = search["versus"]
+    if versus["replace"]:
         assert "proposed change to the inventory" in out and "+sglang_service_ddtree_budget:" in out
-        assert "not written; to write it" in out
+        assert "not written; to write it" in out and "-e sglang_service_sim_speed=20 --write" in out
+    else:  # not ahead of the current config with the run's confidence, or the current config itself
+        assert "proposed change" not in out, out
+        assert f"nothing to write back for single-stream: {versus['text']}" in " ".join(out.split()) or (
+            winner["label"] == "ddtree-b8-t4-w2048-bs8" and "already runs the single-stream winner" in out
+        ), out
     assert written.exists() == had_host_vars

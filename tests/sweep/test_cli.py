@@ -170,7 +170,10 @@ def test_sigint_mid_sweep_then_resume_end_to_end(tmp_path: Path) -> None:
     assert "| baseline (SIMULATED x50) | T=0 (greedy), top_p=1 | ok | pass |" in summary
     assert "ddtree-b16-t4-w2048-bs8-fault-mask-offset | T=0 (greedy), top_p=1 | gate_failed |" in summary
     assert f"| coding sandbox | {sandbox['mode']}; modes in the results: {sandbox['mode']} |" in summary
-    assert f"| ddtree-b8-t4-w2048-bs8 | T=0 (greedy), top_p=1 | pass | lossless | clean | 14/14 | {sandbox['mode']} |" in summary
+    assert (
+        f"| ddtree-b8-t4-w2048-bs8 | T=0 (greedy), top_p=1 | pass | lossless | clean | 14/14 | {sandbox['mode']} |"
+        in summary
+    )
     for png in ("tps_vs_concurrency", "acceptance_vs_budget", "pareto"):
         assert (run_dir / "plots" / f"{png}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     check = subprocess.run(
@@ -226,4 +229,7 @@ def test_a_controller_without_isolation_is_refused_unless_allowed(tmp_path: Path
     assert all(d["gates"]["coding"]["unisolated_allowed"] is True for d in docs)
     summary = (run_dir / "summary.md").read_text()
     assert "| coding sandbox | none (**UNISOLATED**, allowed by `--allow-unisolated`" in summary
-    assert "| ddtree-b8-t4-w2048-bs8 | T=0 (greedy), top_p=1 | pass | lossless | clean | 14/14 | none (UNISOLATED) |" in summary
+    assert (
+        "| ddtree-b8-t4-w2048-bs8 | T=0 (greedy), top_p=1 | pass | lossless | clean | 14/14 | none (UNISOLATED) |"
+        in summary
+    )

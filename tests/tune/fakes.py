@@ -1,9 +1,14 @@
 """A measure that answers from the simulated engine's performance model, with seeded noise (no processes).
 
-For the tuner's unit tests: figures are ``perf_model.predict`` at the cell,
-times a short-output factor (a short run carries the first token's latency),
-times normal noise of ``cv_at_512 * sqrt(512 / max_tokens)`` per repeat plus a
-per-restart offset. Gates pass unless the label is in ``gate_fail``.
+For the tuner's unit tests. Each repeat is timed as the benchmark times it: C
+requests of ``max_tokens`` tokens take the time to first token plus
+``max_tokens - 1`` per-token times, the per-token time being the model's step
+over its acceptance (``perf_model.predict`` at the cell), with normal noise of
+``cv_at_512 * sqrt(512 / max_tokens)`` per repeat and a per-restart offset. So
+short outputs read low, by a share that depends on the config, as they do on a
+real engine. The repeats carry the benchmark client's fields (``output_tps``,
+``wall_s``, ``output_tokens``, ``ttft_ms``, ``itl_chunk_ms``, ``itl_token_ms``).
+Gates pass unless the label is in ``gate_fail``.
 """
 
 from __future__ import annotations
@@ -55,23 +60,28 @@ class ModelMeasure:
     def cell(self, cfg: PlannedConfig, context: int, concurrency: int, repeats: int, max_tokens: int) -> dict[str, Any]:
         offset = self._offset.setdefault(cfg.label, self.rng.gauss(0.0, self.restart_cv))
         pred = predict(model_config(cfg), concurrency, context)
-        short = 1.0 / (1.0 + 12.0 / max_tokens)
         cv = self.cv_at_512 * (512.0 / max_tokens) ** 0.5
         reps = []
+        accept = None if cfg.spec.algorithm == "none" else pred.accept_length * (1.0 + self.rng.gauss(0.0, cv / 2))
         for _ in range(repeats):
-            value = pred.aggregate_tps * short * (1.0 + offset) * (1.0 + self.rng.gauss(0.0, cv))
+            per_token = pred.step_ms / pred.accept_length / (1.0 + offset) / (1.0 + self.rng.gauss(0.0, cv))
             ttft = self.ttft_ms * (1.0 + context / 1000.0) * (1.0 + self.rng.gauss(0.0, 0.05))
+            span_s = (ttft + (max_tokens - 1) * per_token) / 1000.0
+            step = pred.step_ms * (1.0 + self.rng.gauss(0.0, 0.01))
             reps.append(
                 {
-                    "output_tps": value,
+                    "output_tps": concurrency * max_tokens / span_s,
+                    "wall_s": span_s,
+                    "output_tokens": concurrency * max_tokens,
                     "errors": 0,
                     "ok": concurrency,
                     "requests": concurrency,
                     "ttft_ms": {"p50": ttft, "p90": ttft * 1.1, "p99": ttft * 1.2},
-                    "itl_ms": {"p50": pred.step_ms * (1.0 + self.rng.gauss(0.0, 0.01)), "p90": 0.0, "p99": 0.0},
+                    "itl_chunk_ms": {"p50": step, "p90": step * 1.1, "p99": step * 1.3},
+                    "itl_token_ms": {"p50": per_token, "p90": per_token * 1.05, "p99": per_token * 1.1},
+                    "accept_length": None if accept is None else accept * (1.0 + self.rng.gauss(0.0, cv)),
                 }
             )
-        accept = None if cfg.spec.algorithm == "none" else pred.accept_length * (1.0 + self.rng.gauss(0.0, cv / 2))
         values = sorted(r["output_tps"] for r in reps)
         return {
             "context": context,

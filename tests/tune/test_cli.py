@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from repro_py.exitcodes import ExitCode
+from repro_py.tune import cli as tune_cli
 from repro_py.tune.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,6 +35,22 @@ def inventory(tmp_path: Path) -> Path:
     )
     service.write_text("---\n" + yaml.safe_dump(doc))
     return inv
+
+
+def _set_current_config(inventory: Path, config: dict[str, object], role: dict[str, object]) -> None:
+    """The config the inventory's host runs: the sweep's default config and the service role's variables."""
+    for name, values in (("sweep.yml", {"sweep_default_config": config}), ("service.yml", role)):
+        path = inventory / "group_vars" / "all" / name
+        doc = yaml.safe_load(path.read_text())
+        doc.update(values)
+        path.write_text("---\n" + yaml.safe_dump(doc))
+
+
+class _NoAnsible:
+    """Stands in for the Ansible reconfigurer: a run made with --reconfigurer local must never reach it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the Ansible reconfigurer was used for a run made with --reconfigurer local")
 
 
 @pytest.fixture
@@ -87,23 +106,34 @@ def test_dry_run_validates_and_estimates_without_a_run(inventory: Path, tmp_path
 
 
 def test_a_real_run_on_local_engines_reports_resumes_and_writes_back(
-    inventory: Path, space_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    inventory: Path, space_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch
 ) -> None:
+    # the host runs the autoregressive baseline: the winner beats it beyond doubt, so the write-back is proposed
+    _set_current_config(inventory, {"algorithm": "none"}, {"sglang_service_spec_algorithm": "none"})
+    monkeypatch.setattr(tune_cli, "AnsibleReconfigurer", _NoAnsible)
     results = tmp_path / "results"
     args = [str(inventory), "--objective", "single-stream", "--space", str(space_file), "--reconfigurer", "local",
             "--results", str(results), "--run-id", "t", "--max-tokens", "48", "--screen-tokens", "16", "--repeats",
-            "2", "--max-restarts", "5"]  # fmt: skip
+            "2", "--max-restarts", "5", "--slo", "itl_p99_ms<=100000"]  # fmt: skip
     assert main([*args, "--no-write"]) == ExitCode.OK
     captured = capsys.readouterr()
     run = results / "t"
     state = json.loads((run / "state.json").read_text())
     assert state["status"] == "complete" and state["restore"]["status"] == "ok"
+    settings = json.loads((run / "tune" / "settings.json").read_text())
+    assert settings["reconfigurer"] == "local" and settings["extra_vars"] == {}
     search = json.loads((run / "tune" / "search.json").read_text())
+    (winner,) = search["winners"]  # an ITL SLO every config meets leaves a winner
+    assert winner["label"], winner["note"]
+    assert winner["estimate"]["low"] < winner["estimate"]["mean"] < winner["estimate"]["high"]
+    assert search["surrogates"]["single-stream"]["mode"] == "acceptance/step"  # read the client's chunk gaps
     assert search["restarts"] == 5 and search["configs_measured"] == 4
     assert search["stop_reason"].startswith("restart budget reached")
-    assert [p["label"] for p in search["path"]][:2] == ["baseline", "ddtree-b8-t4-w2048-bs8"]
-    (winner,) = search["winners"]
-    assert winner["label"] and winner["estimate"]["low"] < winner["estimate"]["mean"] < winner["estimate"]["high"]
+    # the current config (here the baseline, also the lossless reference) first, two candidates, the current
+    # config again when the budget would not reach it later
+    labels = [p["label"] for p in search["path"]]
+    assert labels[0] == "baseline" and labels[3] == "baseline.r2", labels
+    assert search["noise"]["between_restarts"]["restarts"] == 2
     report = (run / "tune" / "report.md").read_text()
     assert report.startswith("# SIMULATED tuning report: t") and winner["label"] in report
     mode = json.loads((run / "plan.json").read_text())["sandbox"]["mode"]
@@ -113,22 +143,66 @@ def test_a_real_run_on_local_engines_reports_resumes_and_writes_back(
     assert "SIMULATED sweep report: t" in (run / "summary.md").read_text()
     check = subprocess.run(["sha256sum", "-c", "--quiet", "MANIFEST.sha256"], cwd=run, capture_output=True, check=False)
     assert check.returncode == 0, check.stdout
-    # shown, not written
+    # shown, not written; the command printed to write it keeps the run's reconfigurer
+    (versus,) = search["versus"]
+    assert versus["replace"] and versus["probability"] >= 0.9, versus
     target = inventory / "host_vars" / "sglang-testhost" / "tune.yml"
     out = " ".join(captured.err.split())
-    if winner["label"] != "ddtree-b8-t4-w2048-bs8":
-        assert "proposed change to the inventory" in out and "+sglang_service_ddtree_budget:" in captured.err
-        assert "not written; to write it: python -m repro_py.tune" in out and not target.exists()
-        # --resume of the finished run restarts nothing and writes it
-        before = sorted(p.name for p in (run / "configs").iterdir())
-        assert main([str(inventory), "--resume", "--run-id", "t", "--results", str(results), "--write",
-                     "--reconfigurer", "local"]) == ExitCode.OK  # fmt: skip
-        assert sorted(p.name for p in (run / "configs").iterdir()) == before
-        text = target.read_text()
-        assert "# run id: t" in text and "# manifest sha256: " in text
-        assert "written" in capsys.readouterr().err
-    else:
-        assert "already runs" in out
+    assert "proposed change to the inventory" in out and "+sglang_service_ddtree_budget:" in captured.err
+    assert not target.exists()
+    hint = next(line for line in captured.err.splitlines() if line.startswith("not written; to write it: "))
+    command = shlex.split(hint.removeprefix("not written; to write it: "))
+    assert command[:3] == ["python", "-m", "repro_py.tune"] and "--reconfigurer" in command, hint
+    assert command[command.index("--reconfigurer") + 1] == "local", hint
+    # --resume without --reconfigurer reads the stored one (the Ansible reconfigurer would fail this test)
+    before = sorted(p.name for p in (run / "configs").iterdir())
+    assert main([str(inventory), "--resume", "--run-id", "t", "--results", str(results), "--no-write"]) == 0
+    capsys.readouterr()
+    # the printed command, run as printed, restarts nothing and writes the winner
+    assert main(command[3:]) == ExitCode.OK
+    assert sorted(p.name for p in (run / "configs").iterdir()) == before
+    text = target.read_text()
+    assert "# run id: t" in text and "# manifest sha256: " in text and "# versus the current config: " in text
+    assert "written" in capsys.readouterr().err
+
+
+def test_the_resume_line_after_ctrl_c_keeps_the_local_reconfigurer(
+    inventory: Path, space_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    async def interrupted(self: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tune_cli.TuneLoop, "run", interrupted)
+    args = [str(inventory), "--objective", "single-stream", "--space", str(space_file), "--reconfigurer", "local",
+            "--results", str(tmp_path / "r"), "--run-id", "t"]  # fmt: skip
+    assert main(args) == ExitCode.INTERRUPTED
+    err = capsys.readouterr().err
+    line = next(ln for ln in err.splitlines() if ln.startswith("python -m repro_py.tune "))
+    assert line.endswith("--resume --run-id t --results " + str(tmp_path / "r") + " --reconfigurer local"), line
+    assert json.loads((tmp_path / "r" / "t" / "tune" / "settings.json").read_text())["reconfigurer"] == "local"
+
+
+def test_extra_vars_are_refused_where_they_cannot_apply(
+    inventory: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main([str(inventory), "--objective", "single-stream", "--reconfigurer", "local", "--dry-run",
+                 "-e", "sglang_service_sim_speed=50", "--results", str(tmp_path / "r")])  # fmt: skip
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == ExitCode.USAGE, f"exit {code}, not refused: {err}"
+    assert "-e/--extra-var sglang_service_sim_speed: extra vars go to the reconfigure play, and --reconfigurer " in err
+    assert "local runs none" in err and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("restarts", ["2", "4"])
+def test_a_budget_too_small_to_measure_the_current_config_is_refused(
+    inventory: Path, space_file: Path, capsys: pytest.CaptureFixture[str], restarts: str
+) -> None:
+    code = main([str(inventory), "--objective", "single-stream", "--space", str(space_file), "--dry-run",
+                 "--max-restarts", restarts])  # fmt: skip
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == ExitCode.USAGE, f"exit {code}, not refused: {err}"
+    assert f"--max-restarts {restarts} is too small for this run: it needs 1 for the baseline" in err
+    assert "2 for the inventory's current config ddtree-b8-t4-w2048-bs8" in err and "allowed: 5 or more" in err
 
 
 def test_resume_without_a_run_id_takes_the_latest_unfinished_tuning_run(

@@ -6,9 +6,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from repro_py import manifest
 from repro_py.report.render import build_report
 from repro_py.sweep.grid import PlannedConfig
+from repro_py.tune.ladder import make_ladder
 from repro_py.tune.loop import Budget, TuneLoop
 from repro_py.tune.outcome import search_document
 from tests.sweep.conftest import FakeReconfigurer
@@ -34,9 +37,13 @@ async def test_every_restart_is_a_normal_sweep_result_that_the_report_and_manife
     gated = [d for d in docs.values() if d["gates"].get("passed")]
     skipped = [d for d in docs.values() if d["gates"].get("skipped")]
     assert gated and skipped and len(gated) + len(skipped) == len(docs)
-    for doc in skipped:  # dropped configs: measured at a lower rung only, never gated
-        assert doc["bench"]["settings"]["tune_rung"] != "full"
+    for doc in skipped:  # dropped configs, never gated; the current config's second restart (gated in its first)
+        if doc["label"] == "ddtree-b8-t4-w2048-bs8.r2":
+            assert doc["gates"]["reason"].startswith("not gated: restart 2 of ddtree-b8-t4-w2048-bs8")
+            assert doc["bench"]["settings"]["tune_rung"] == "full"
+            continue
         assert doc["gates"]["reason"].startswith("not gated: dropped before the full measurement")
+        assert doc["bench"]["tune"]["rungs"][-1]["decisions"]["single-stream"]["keep"] is False
     plan = json.loads(loop.run_dir.plan.read_text())
     assert [c["label"] for c in plan["configs"]] == rec.calls[:9]
     # the sweep's own report and manifest work on the run unchanged
@@ -76,7 +83,7 @@ async def test_search_finds_the_model_optimum_in_a_fraction_of_the_space(tmp_pat
     assert truth[winner.label] >= 0.97 * max(truth.values())
     assert outcome.restarts <= 40 < len(space)
     # configs the objective cannot tell apart (a 2048 window and a full cache at a 60-token context) run once
-    keys = [loop.search.equivalence_key(r.cfg) for r in loop.search.records.values()]
+    keys = [loop.search.equivalence_key(r.cfg) for r in loop.search.records.values() if r.restart == 1]
     assert len(keys) == len(set(keys))
 
 
@@ -205,3 +212,105 @@ def test_outcome_document_lists_the_search_path(tmp_path: Path) -> None:
     loop = make_loop(tmp_path, SMALL_SPACE)
     doc = search_document(loop.search, stop_reason="none yet", settings={"a": 1}, restarts=0)
     assert doc["path"] == [] and doc["space_size"] == len(loop.search.space) == 22
+
+
+def _timed_cell(ttft_ms: float, per_token_ms: float, tokens: int, jitter: tuple[float, ...] = (1.0, 1.01, 0.99)):
+    """A cell as the client writes it: each repeat takes the first token's time plus ``tokens - 1`` per-token
+    times (the per-token time scaled by one ``jitter`` factor per repeat)."""
+    reps = []
+    for factor in jitter:
+        span = (ttft_ms + (tokens - 1) * per_token_ms * factor) / 1000.0
+        reps.append(
+            {"output_tps": tokens / span, "wall_s": span, "output_tokens": tokens, "errors": 0, "ok": 1,
+             "requests": 1, "ttft_ms": {"p50": ttft_ms, "p99": ttft_ms}, "accept_length": 4.0,
+             "itl_chunk_ms": {"p50": 4 * per_token_ms * factor}, "itl_token_ms": {"p50": per_token_ms * factor}}
+        )  # fmt: skip
+    return {"context": 60, "concurrency": 1, "status": "ok", "median": {"accept_length": 4.0}, "repeats": reps}
+
+
+def test_a_short_screen_is_judged_on_its_projection_to_the_full_length(tmp_path: Path) -> None:
+    """A fast decoder with a slow first token reads 20% low at a 64-token screen and is 33% ahead at 512 tokens:
+    judged on raw screen figures it is dropped; projected with its own timing it goes on."""
+    from repro_py.tune.search import Proposal  # noqa: PLC0415
+
+    search = make_loop(tmp_path).search
+    by_label = search.space.by_label()
+    slow, fast = "ddtree-b8-t4-w2048-bs8", "ddtree-b5-t1-w2048-bs8"
+    for label, ttft, per_token in ((slow, 100.0, 7.5), (fast, 400.0, 5.0)):
+        search.start(Proposal(by_label[label], "test"))
+        search.judge(label, 0, [_timed_cell(ttft, per_token, 64)])
+    decision = search.records[fast].rungs[0].decisions["single-stream"]
+    assert decision["keep"], decision["reason"]
+    raw = [search.records[label].rungs[0].measured_tps["single-stream"][0] for label in (fast, slow)]
+    assert raw[0] < 0.85 * raw[1]  # as measured, the fast decoder looks clearly behind
+    projected = search.records[fast].rungs[0].tps["single-stream"][0]
+    assert projected == pytest.approx(512 / (0.4 + 511 * 0.005), rel=1e-6)
+
+
+async def test_the_current_config_is_restarted_twice_and_its_spread_is_the_between_restart_noise(
+    tmp_path: Path,
+) -> None:
+    loop = make_loop(tmp_path, measure=ModelMeasure(4, restart_cv=0.05), budget=Budget(max_restarts=9))
+    await loop.run()
+    search = loop.search
+    current = "ddtree-b8-t4-w2048-bs8"
+    labels = [r.label for r in search.records.values()]
+    assert labels.count(current) == 1 and f"{current}.r2" in labels, labels
+    assert [r.label for r in search.reference_records()] == [current, f"{current}.r2"]
+    repeat = loop.run_dir.read_result(f"{current}.r2")
+    assert repeat is not None and repeat["config"] == search.records[current].cfg.short()
+    assert repeat["gates"]["skipped"] and repeat["gates"]["reason"].startswith(f"not gated: restart 2 of {current}")
+    between = search.noise.between()
+    assert between.measured is not None and between.dof == 1
+    # the current config's figure is the mean over its two restarts
+    final = search.final_estimate(search.records[current], "single-stream")
+    assert final is not None and final.n == 6
+    # the repeat never wins on its own and is never the surrogate's second point for its config
+    assert all(w.label != f"{current}.r2" for w in search.winners())
+
+
+def test_the_current_config_is_measured_to_the_end_even_when_clearly_behind(tmp_path: Path) -> None:
+    from repro_py.tune.search import Proposal  # noqa: PLC0415
+
+    search = make_loop(tmp_path).search
+    by_label = search.space.by_label()
+    search.start(Proposal(by_label["ddtree-b5-t1-w2048-bs8"], "test"))
+    search.judge("ddtree-b5-t1-w2048-bs8", 0, [_fixed_cell([100.0, 101.0, 99.0])])
+    search.start(Proposal(by_label["ddtree-b8-t4-w2048-bs8"], "test"))
+    search.judge("ddtree-b8-t4-w2048-bs8", 0, [_fixed_cell([70.0, 71.0, 69.0])])
+    decision = search.records["ddtree-b8-t4-w2048-bs8"].rungs[0].decisions["single-stream"]
+    assert decision["keep"] and "the inventory's current config is measured to the end" in decision["reason"]
+    assert "clearly behind ddtree-b5-t1-w2048-bs8" in decision["reason"]
+
+
+async def test_the_current_config_joins_a_space_that_lacks_it(tmp_path: Path) -> None:
+    space = {"configs": [{"algorithm": "none"}], "grid": {"algorithm": ["ddtree"], "budget": [5], "topk": [1]}}
+    loop = make_loop(tmp_path, space, budget=Budget(max_restarts=6))
+    assert "ddtree-b8-t4-w2048-bs8" in loop.search.space.by_label()
+    await loop.run()
+    assert [r.label for r in loop.search.records.values()][:2] == ["baseline", "ddtree-b8-t4-w2048-bs8"]
+
+
+def test_either_is_a_sound_choice_only_when_the_difference_is_shown_to_be_small(tmp_path: Path) -> None:
+    from repro_py.tune.noise import NoiseModel  # noqa: PLC0415
+    from repro_py.tune.search import Proposal  # noqa: PLC0415
+
+    def winner_note(noise: NoiseModel | None, values: dict[str, list[float]]) -> str:
+        search = make_loop(tmp_path, ladder=make_ladder(full_tokens=64, screen_tokens=64)).search
+        if noise is not None:
+            search.noise = noise
+        for label, repeats in values.items():
+            search.start(Proposal(search.space.by_label()[label], "test"))
+            search.judge(label, 0, [_fixed_cell(repeats)])
+            search.finish(label, {"status": "ok", "gates": {"passed": True, "coding": {"pass_rate": 1.0}}})
+        return search.winners()[0].note
+
+    # 3% apart with a 10% spread per repeat: the runner-up may well be better; not "either is a sound choice"
+    wide = winner_note(None, {"ddtree-b5-t1-w2048-bs8": [110.0, 100.0, 90.0], "ddtree-b6-t2-w2048-bs8": [107, 97, 87]})
+    assert "either is a sound choice" not in wide and "not distinguishable from ddtree-b6-t2-w2048-bs8" in wide
+    # 0.1% apart, measured tightly: not told apart, but shown to be within 2% of each other
+    tight = NoiseModel(prior_cv=0.001, prior_dof=100, floor_cv=0.001)
+    close = winner_note(
+        tight, {"ddtree-b5-t1-w2048-bs8": [100.2, 100.0, 100.1], "ddtree-b6-t2-w2048-bs8": [100.1, 99.9, 100.0]}
+    )
+    assert close.startswith("within 2% of ddtree-b6-t2-w2048-bs8") and close.endswith("either is a sound choice")

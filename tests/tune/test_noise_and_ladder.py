@@ -32,6 +32,45 @@ def test_the_between_restart_floor_widens_every_interval() -> None:
     assert floored.se > 10 * tight.se
 
 
+def test_the_between_restart_noise_is_measured_from_the_references_restarts() -> None:
+    noise = NoiseModel(prior_cv=0.001, prior_dof=100, floor_cv=0.01, floor_prior_dof=1.0)
+    assert noise.between().measured is None and noise.between().cv == pytest.approx(0.01)
+    noise.observe_restart("full", "m", 1, [100.0, 100.0, 100.0])
+    assert noise.between().measured is None  # one restart says nothing about restarts
+    noise.observe_restart("full", "m", 2, [110.0, 110.0, 110.0])
+    between = noise.between()
+    measured = math.log(1.1) ** 2 / 2 - noise.rel_variance("full", "m") / 3
+    assert between.measured == pytest.approx(measured) and between.dof == 1
+    assert between.variance == pytest.approx((0.01**2 + measured) / 2)  # the prior is worth one restart
+    assert "measured 6.7% from 2 restarts of the reference" in between.text()
+    est = noise.estimate("full", "m", [100.0, 100.0, 100.0])
+    assert est is not None
+    assert est.se == pytest.approx(100 * math.sqrt(noise.rel_variance("full", "m") / 3 + between.variance))
+    # the same config in two restarts: the mean of the restarts' means, the error of that mean
+    other = noise.estimate("full", "m", [110.0, 110.0, 110.0])
+    assert other is not None
+    both = noise.combined([est, other])
+    assert both is not None and both.mean == pytest.approx(105.0)
+    assert both.se == pytest.approx(math.hypot(est.se, other.se) / 2)
+    noise.forget_restart(2)
+    assert noise.between().measured is None
+
+
+def test_the_projections_spread_against_the_full_rung_is_measured() -> None:
+    noise = NoiseModel(prior_cv=0.001, prior_dof=100, projection_cv=0.05, projection_prior_dof=2.0)
+    assert noise.projection("screen", "m") == (0.0, pytest.approx(0.0025), 0)
+    for label, ratio in (("a", 1.0), ("b", 1.1), ("c", 0.9)):
+        noise.observe_projection("screen", "m", label, [100.0] * 3, full_rung="full", full=[100.0 * ratio] * 3)
+    bias, variance, configs = noise.projection("screen", "m")
+    residuals = [0.0, math.log(1.1), math.log(0.9)]
+    spread = sum((r - sum(residuals) / 3) ** 2 for r in residuals) / 2 - 2 * noise.rel_variance("screen", "m") / 3
+    assert configs == 3 and bias == pytest.approx(sum(residuals) / 3)
+    assert variance == pytest.approx((2 * 0.0025 + 2 * spread) / 4)
+    plain = noise.estimate("screen", "m", [100.0] * 3)
+    projected = noise.estimate("screen", "m", [100.0] * 3, projected=True)
+    assert plain is not None and projected is not None and projected.se > plain.se
+
+
 def test_prob_greater() -> None:
     a, b = Estimate(110.0, 3.0, 3, 1.64), Estimate(100.0, 4.0, 3, 1.64)
     assert prob_greater(a, b) == pytest.approx(0.977, abs=0.001)

@@ -76,7 +76,9 @@ def _rep(tps: float, *, errors: int = 0, ok: int = 1, itl: float = 30.0) -> dict
         "errors": errors,
         "ok": ok,
         "ttft_ms": {"p50": 20.0, "p99": 25.0},
-        "itl_ms": {"p50": itl, "p99": itl * 2},
+        "itl_ms": {"p50": itl, "p99": itl * 2},  # the per-chunk ITL's name in results before per-token ITL
+        "itl_token_ms": {"p50": itl / 4, "p99": itl / 2},
+        "accept_length": 4.0,
     }
 
 
@@ -84,6 +86,9 @@ def test_repeats_with_a_failed_request_are_not_measurements() -> None:
     cell = {"status": "ok", "repeats": [_rep(100.0), _rep(40.0, errors=1), _rep(0.0, ok=0), _rep(104.0, itl=32.0)]}
     assert repeat_values(cell, "output_tps") == [100.0, 104.0]
     assert repeat_values(cell, "ttft_p99_ms") == [25.0, 25.0]
-    assert step_ms(cell) == 31.0
+    assert repeat_values(cell, "itl_p99_ms") == [60.0, 64.0] and repeat_values(cell, "itl_token_p50_ms") == [7.5, 8.0]
+    assert step_ms(cell) == 31.0  # time per token x acceptance, the median over the valid repeats
+    without_counters = {"status": "ok", "repeats": [{**_rep(100.0), "accept_length": None}]}
+    assert step_ms(without_counters) is None
     assert repeat_values({"status": "error", "repeats": [_rep(100.0)]}, "output_tps") == []
     assert repeat_values(None, "output_tps") == []

@@ -10,7 +10,10 @@ import pytest
 import yaml
 
 from repro_py.exitcodes import ExitCode
+from repro_py.sampling_settings import Sampling
+from repro_py.sweep.grid import PlannedConfig, validate_config
 from repro_py.tune.cli import main
+from repro_py.tune.records import RepeatedConfig, split_label
 from tests.tune.test_cli import inventory  # noqa: F401 - the fixture
 
 SPACE = {"configs": [
@@ -45,7 +48,7 @@ def test_a_sampled_tuning_run_records_and_reports_its_setting(
     results = tmp_path / "results"
     common = [str(inventory), "--objective", "single-stream", "--space", str(space), "--reconfigurer", "local",
               "--results", str(results), "--run-id", "t", "--max-tokens", "24", "--screen-tokens", "8", "--repeats",
-              "1", "--screen-repeats", "1", "--max-restarts", "4", "--no-write"]  # fmt: skip
+              "1", "--screen-repeats", "1", "--max-restarts", "5", "--no-write"]  # fmt: skip
     assert main([*common, "--temperature", "0.7", "--dry-run"]) == ExitCode.OK
     out = " ".join(capsys.readouterr().out.split())
     assert "│ sampling │ T=0.7, top_p=1 in every benchmark request" in out
@@ -70,3 +73,16 @@ def test_a_sampled_tuning_run_records_and_reports_its_setting(
     assert main([*resume, "--temperature", "1.0", "--no-write"]) == ExitCode.USAGE
     err = " ".join(capsys.readouterr().err.split())
     assert "the run measures at T=0.7, top_p=1; --temperature/--top-p give T=1, top_p=1" in err
+
+
+def test_a_repeated_restart_of_a_sampled_config_keeps_its_sampling_setting() -> None:
+    """The current config's second restart (the between-restart noise) measures at the run's setting too."""
+    (cfg,) = [c for c in _sampled_configs() if c.spec.algorithm == "ddtree"]
+    again = RepeatedConfig.of(cfg, 2)
+    assert again.sampling == cfg.sampling == Sampling(temperature=0.7, top_p=1.0)
+    assert again.label == f"{cfg.label}.r2" and again.base_label == cfg.label == "ddtree-b8-t4-w2048-bs8-temp0.7-topp1"
+    assert split_label(again.label) == (cfg.label, 2)
+
+
+def _sampled_configs() -> list[PlannedConfig]:
+    return [validate_config(raw, simulated=True, sampling=Sampling(temperature=0.7)) for raw in SPACE["configs"]]

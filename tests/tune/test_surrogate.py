@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from repro_py.spec_config import validate
+from repro_py.tune.objectives import step_ms
 from repro_py.tune.space import load_space
 from repro_py.tune.surrogate import GaussianProcess, Observation, Surrogate, accept_features, max_depth, step_features
 from tests.sweep.conftest import make_target
@@ -54,7 +55,7 @@ def _observations(n: int, seed: int) -> tuple[list[Observation], list]:
                 configs[index].spec,
                 sum(values) / 3,
                 cell["median"]["accept_length"],
-                cell["repeats"][0]["itl_ms"]["p50"],
+                step_ms(cell),
                 0.04,
             )
         )
@@ -74,11 +75,7 @@ def test_surrogate_orders_the_space_from_a_fifth_of_it_and_learns_from_its_misse
     top = configs[int(np.argmax(mean))]
     cell = ModelMeasure(seed + 100).cell(top, 60, 1, 3, 64)
     values = [r["output_tps"] for r in cell["repeats"]]
-    obs.append(
-        Observation(
-            top.spec, sum(values) / 3, cell["median"]["accept_length"], cell["repeats"][0]["itl_ms"]["p50"], 0.04
-        )
-    )
+    obs.append(Observation(top.spec, sum(values) / 3, cell["median"]["accept_length"], step_ms(cell), 0.04))
     again, _ = Surrogate(60, 1).fit(obs).predict([top.spec])
     assert math.exp(again[0]) == pytest.approx(true_tps(top, 60, 1), rel=0.1)
 

@@ -72,3 +72,45 @@ def test_manifest_hash_needs_a_sealed_run(tmp_path: Path) -> None:
         writeback.manifest_sha256(tmp_path)
     (tmp_path / "MANIFEST.sha256").write_text("x\n")
     assert writeback.manifest_sha256(tmp_path) == hashlib.sha256(b"x\n").hexdigest()
+
+
+def _cell(values: list[float]) -> dict[str, object]:
+    reps = [{"output_tps": v, "errors": 0, "ok": 1, "ttft_ms": {"p50": 20.0}} for v in values]
+    return {"context": 60, "concurrency": 1, "status": "ok", "median": {"accept_length": 4.0}, "repeats": reps}
+
+
+def test_no_write_back_unless_the_winner_beats_the_current_config_with_the_stated_confidence(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rich.console import Console  # noqa: PLC0415
+
+    from repro_py.sweep.state import RunDir  # noqa: PLC0415
+    from repro_py.tune.ladder import make_ladder  # noqa: PLC0415
+    from repro_py.tune.search import Proposal  # noqa: PLC0415
+    from tests.tune.conftest import make_loop  # noqa: PLC0415
+
+    inv = _inventory(tmp_path)
+    target = load_target(inv)
+
+    def offer(values: dict[str, list[float]], run: str) -> str:
+        search = make_loop(tmp_path, ladder=make_ladder(full_tokens=64, screen_tokens=64), run=run).search
+        for label, repeats in values.items():
+            search.start(Proposal(search.space.by_label()[label], "test"))
+            search.judge(label, 0, [_cell(repeats)])
+            search.finish(label, {"status": "ok", "gates": {"passed": True, "coding": {"pass_rate": 1.0}}})
+        run_dir = RunDir(tmp_path / "results" / run)
+        (run_dir.path / "MANIFEST.sha256").write_text("x\n")
+        code = writeback.offer(
+            Console(stderr=True), search, run_dir, target, inventory=inv, results=tmp_path, write=False, ask=False
+        )
+        assert code == 0
+        return " ".join(capsys.readouterr().err.split())
+
+    # 2% ahead of the current config (b8-t4) with a 1% spread: not ahead with 90% confidence
+    out = offer({"ddtree-b8-t4-w2048-bs8": [100.0, 101.0, 99.0], "ddtree-b5-t1-w2048-bs8": [102.0, 103.0, 101.0]}, "a")
+    assert "proposed change" not in out, out
+    assert "nothing to write back for single-stream: +2.0% over the inventory's current config" in out
+    assert "below the 90% asked: the current config stays" in out
+    # 30% ahead: proposed, with the comparison in the provenance
+    out = offer({"ddtree-b8-t4-w2048-bs8": [100.0, 101.0, 99.0], "ddtree-b5-t1-w2048-bs8": [130.0, 131.0, 129.0]}, "b")
+    assert "proposed change to the inventory" in out and "+# versus the current config: +30.0% over" in out
