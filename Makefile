@@ -75,20 +75,9 @@ testhost: image
 wheelhouse: venv
 	scripts/build-wheelhouse.sh $(WHEELHOUSE)
 
-# $(call timed_stages,STAGES,FILE,NAME): make each stage in order, timing it; stop at
-# the first failure; print every stage's time at the end and keep them in results/FILE.
-define timed_stages
-	@mkdir -p $(RESULTS); times=$(RESULTS)/$(2); : > $$times; all=$$(date +%s); \
-	for stage in $(1); do \
-	  t=$$(date +%s); \
-	  if ! $(MAKE) --no-print-directory $$stage RUN_ID=$(RUN_ID); then \
-	    echo "$(3): stage $$stage FAILED after $$(( $$(date +%s) - t )) s" >> $$times; cat $$times; exit 1; \
-	  fi; \
-	  echo "$(3): stage $$stage took $$(( $$(date +%s) - t )) s" | tee -a $$times; \
-	done; \
-	echo "$(3): all $(words $(1)) stages took $$(( $$(date +%s) - all )) s" >> $$times; \
-	echo "---- $(3): stage times ----"; cat $$times
-endef
+# Each stage timed, in order, stopping at the first failure; the times are printed at
+# the end and kept in results/FILE (scripts/timed-stages.sh; a side lane runs beside it).
+TIMED_STAGES := RUN_ID=$(RUN_ID) MAKE="$(MAKE)" scripts/timed-stages.sh
 
 ## ---- main job: deploy + sweep on the local test host ---------------------
 deploy: setup testhost wheelhouse
@@ -107,7 +96,7 @@ tune: venv
 # results/demo-stage-times.txt).
 DEMO_STAGES := setup image testhost wheelhouse deploy-run sweep
 demo:
-	$(call timed_stages,$(DEMO_STAGES),demo-stage-times.txt,make demo)
+	@$(TIMED_STAGES) 'make demo' $(RESULTS)/demo-stage-times.txt '$(DEMO_STAGES)'
 	@echo "demo: report in $(RESULTS)/$(RUN_ID)/summary.md"
 	cd $(RESULTS)/$(RUN_ID) && sha256sum -c --quiet MANIFEST.sha256 && echo "demo: MANIFEST.sha256 verified by sha256sum -c"
 
@@ -183,9 +172,20 @@ e2e-run: venv
 	SGLANG_TESTHOST=1 SWEEP_E2E_RESULTS=$(RESULTS) $(PY) -m pytest -q -p no:cacheprovider -s tests/e2e
 
 # Every stage in order, each timed; the times go to results/stage-times.txt.
-TEST_STAGES := setup lint manifest-check locks unit host-checks rehearsal molecule deploy service-checks-run e2e-run
+TEST_STAGES := setup lint manifest-check locks cpu-venv image wheelhouse unit host-checks molecule deploy \
+               service-checks-run e2e-run
+# Stages with test hosts of their own that run beside the main lane once SIDE_AFTER has
+# passed: the rehearsal (its own host container operator-testhost on its own podman
+# network operator-rehearsal, its own controller container and mirrors there, its
+# results under results/rehearsal-RUN_ID). Its -run target: the prerequisites of
+# `make rehearsal` (setup image wheelhouse) are main-lane stages that have passed by
+# then, and running scripts/build-wheelhouse.sh again beside the main lane's own run of
+# it (unit's prerequisite, starting at the same moment) would have two writers of the
+# wheelhouse's SHA256SUMS and stamp.
+SIDE_STAGES := rehearsal-run
+SIDE_AFTER := wheelhouse
 test:
-	$(call timed_stages,$(TEST_STAGES),stage-times.txt,make test)
+	@$(TIMED_STAGES) 'make test' $(RESULTS)/stage-times.txt '$(TEST_STAGES)' '$(SIDE_STAGES)' $(SIDE_AFTER)
 
 clean-testhost:
 	testhost/down.sh sglang-testhost || true

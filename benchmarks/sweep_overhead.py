@@ -8,8 +8,9 @@ engine, started as a local process per config by
 systemd: this measures the sweep's own overhead, not the play's). Prints::
 
     wall time                    from the first restart to the manifest written
-    sum of engine load times     per config (and the final restore): start -> ready, as detected
-    sum of benchmark times       per config: run_matrix + gates (the measurement itself)
+    sum of engine load times     per restart (a config's production one and its lossless gate's own, with
+                                 --lossless-restart separate, the default; and the final restore): start -> ready
+    sum of benchmark times       per config: run_matrix + gates, on whichever restart (the measurement itself)
     ratio                        wall / (loads + benchmarks); target <= 1.10
 
 and where the rest went (stops, server info, health checks, writes, report).
@@ -59,18 +60,27 @@ GRID: list[dict[str, object]] = [
 DEFAULT: dict[str, object] = {"algorithm": "ddtree", "budget": 8, "topk": 4, "window": 2048, "block_size": 8}
 
 
+#: the measurement itself, per config: the benchmark and every gate, on whichever restart it ran
+MEASURED = ("bench_s", "gates_s", "lossless_gate_s")
+
+
+def _timed(timing: object, *keys: str) -> float:
+    """The sum of ``keys`` in a result's ``timing`` (absent: 0)."""
+    return sum(float(timing.get(k) or 0.0) for k in keys) if isinstance(timing, dict) else 0.0
+
+
 def from_run(run_path: Path) -> int:
     """The same ratio from a finished run's files (e.g. one through the Ansible play on the test host)."""
     docs = [json.loads(p.read_text()) for p in sorted((run_path / "configs").glob("*.json"))]
     state_doc = json.loads((run_path / "state.json").read_text())
     restore = state_doc.get("restore") or {}
     walls = sum(float(d.get("wall_s") or 0.0) for d in docs) + float(restore.get("wall_s") or 0.0)
-    loads = [float((d.get("reconfigure") or {}).get("time_to_ready_s") or 0.0) for d in docs]
+    loads = [float((d.get(block) or {}).get("time_to_ready_s") or 0.0) for d in docs
+             for block in ("reconfigure", "lossless_reconfigure")]  # fmt: skip
     loads.append(float(restore.get("time_to_ready_s") or 0.0))
-    plays = sum(float((d.get("timing") or {}).get("reconfigure_s") or 0.0) for d in docs)
+    plays = sum(_timed(d.get("timing"), "reconfigure_s", "lossless_reconfigure_s") for d in docs)
     plays += float(restore.get("wall_s") or 0.0)
-    benches = sum(float((d.get("timing") or {}).get("bench_s") or 0.0) + float((d.get("timing") or {}).get("gates_s")
-                        or 0.0) for d in docs)  # fmt: skip
+    benches = sum(_timed(d.get("timing"), *MEASURED) for d in docs)
     restarted = sum(1 for d in docs if (d.get("reconfigure") or {}).get("changed"))
     print(
         f"sweep overhead from the files of {run_path} (per-config wall times; an interrupted run's pause is not in it)"
@@ -97,6 +107,8 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--lossless-restart", choices=("separate", "shared"), default="separate",
+                    help="where the lossless gate runs (default separate: a restart of its own per config)")
     ap.add_argument("--keep", type=Path, help="keep the run directory here (default: a temp dir, removed)")
     args = ap.parse_args()
     if args.from_run:
@@ -115,7 +127,8 @@ def main() -> int:
         contexts=tuple(args.contexts), concurrency=tuple(args.concurrency), repeats=args.repeats,
         max_tokens=args.max_tokens,
     )  # fmt: skip
-    plan = make_plan(target, GRID, grid_source="benchmark", bench=bench, results_root=root)
+    plan = make_plan(target, GRID, grid_source="benchmark", bench=bench, results_root=root,
+                     lossless_mode=args.lossless_restart)  # fmt: skip
     run_dir = state.RunDir(root / "overhead")
     run_dir.path.mkdir(parents=True)
     write_json_atomic(run_dir.plan, plan.as_dict(run_dir.run_id))
@@ -135,12 +148,13 @@ def main() -> int:
     finally:
         rec.close()
 
-    loads = [t.get("load_s", 0.0) for t in outcome.timings.values()]
+    loads = [_timed(t, "load_s", "lossless_load_s") for t in outcome.timings.values()]
     restore_load = float((outcome.restore or {}).get("time_to_ready_s") or 0.0)
-    benches = [t.get("bench_s", 0.0) + t.get("gates_s", 0.0) for t in outcome.timings.values()]
+    benches = [_timed(t, *MEASURED) for t in outcome.timings.values()]
     matrix = sum(t.get("bench_s", 0.0) for t in outcome.timings.values())
-    gates = sum(t.get("gates_s", 0.0) for t in outcome.timings.values())
-    reconf = sum(t.get("reconfigure_s", 0.0) for t in outcome.timings.values())
+    gates = sum(_timed(t, "gates_s", "lossless_gate_s") for t in outcome.timings.values())
+    reconf = sum(_timed(t, "reconfigure_s", "lossless_reconfigure_s") for t in outcome.timings.values())
+    restarts = sum(1 + ("lossless_reconfigure_s" in t) for t in outcome.timings.values())
     sum_load = sum(loads) + restore_load
     sum_bench = sum(benches)
     ratio = wall / (sum_load + sum_bench)
@@ -152,7 +166,8 @@ def main() -> int:
     print(f"  bench                      contexts {args.contexts} x concurrency {args.concurrency} x "
           f"{args.repeats} repeats, max_tokens {args.max_tokens}; plus gates")  # fmt: skip
     print(f"  wall time                  {wall:8.2f} s")
-    print(f"  sum of engine load times   {sum_load:8.2f} s  ({len(loads)} configs + restore {restore_load:.2f} s)")
+    print(f"  sum of engine load times   {sum_load:8.2f} s  ({len(loads)} configs in {restarts} restarts + restore "
+          f"{restore_load:.2f} s; {plan.lossless_restart.mode})")  # fmt: skip
     print(f"  sum of benchmark times     {sum_bench:8.2f} s  (run_matrix {matrix:.2f} s + gates {gates:.2f} s)")
     print(f"  ratio                      {ratio:8.3f}    (target <= 1.10)")
     print(

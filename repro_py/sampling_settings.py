@@ -9,12 +9,13 @@ digest (what ``--resume`` compares), and the report never puts two settings in
 one table, plot or recommendation without saying so.
 
 The default is greedy decoding (temperature 0, top_p 1): what every figure of
-this bundle measured before the setting existed, the lossless reference of the
-gates, and the only setting a DDTree server (patch 0010) serves today; a DDTree
-config measured at temperature > 0 fails with the server's own refusal (HTTP
-400) as the cause. Clients with defaults send temperature 1.0 (the OpenAI client
-sends none; sglang's default is 1.0), chat UIs 0.6-1.0: sweep those settings
-explicitly (``--temperature 0.7 --top-p 0.95``, or per grid entry).
+this bundle measured before the setting existed and the setting of the greedy
+lossless gate. Every algorithm serves sampling, DDTree included (target-only
+tree sampling, lossless in distribution; the sampled gate checks it). Clients
+with defaults send temperature 1.0 (the OpenAI client sends none; sglang's
+default is 1.0), chat UIs 0.6-1.0: sweep those settings explicitly
+(``--temperature 0.7 --top-p 0.95``, or per grid entry); acceptance at T > 0 is
+lower than greedy, and the benchmark measures it.
 """
 
 from __future__ import annotations

@@ -138,7 +138,12 @@ ssh_dir="${TESTHOST_SSH_DIR:-$HOME/.ssh/sglang-testhost}"
 enable_ssh() {
     local port=$1
     mkdir -p "$ssh_dir" && chmod 0700 "$ssh_dir" "$(dirname "$ssh_dir")"
-    [[ -f "$ssh_dir/id_ed25519" ]] || ssh-keygen -q -t ed25519 -N '' -C sglang-testhost -f "$ssh_dir/id_ed25519"
+    # The key pair and known_hosts are shared by every test host (make test's side lane brings
+    # one up beside the main lane's): each change of them holds this lock.
+    (
+        flock 9
+        [[ -f "$ssh_dir/id_ed25519" ]] || ssh-keygen -q -t ed25519 -N '' -C sglang-testhost -f "$ssh_dir/id_ed25519"
+    ) 9>"$ssh_dir/.lock"
     podman exec -i "$name" sh -euc '
         port=$1
         id deploy >/dev/null 2>&1 || useradd --create-home --shell /bin/bash deploy
@@ -157,10 +162,13 @@ enable_ssh() {
     # known_hosts names a host on port 22 plainly, on any other port as [host]:port
     local known="[$ssh_address]:$port"
     [[ "$port" == 22 ]] && known=$ssh_address
-    touch "$ssh_dir/known_hosts"
-    awk -v k="$known" '$1 != k' "$ssh_dir/known_hosts" > "$ssh_dir/known_hosts.new"
-    echo "$known $hostkey" >> "$ssh_dir/known_hosts.new"
-    mv "$ssh_dir/known_hosts.new" "$ssh_dir/known_hosts"
+    (
+        flock 9
+        touch "$ssh_dir/known_hosts"
+        awk -v k="$known" '$1 != k' "$ssh_dir/known_hosts" > "$ssh_dir/known_hosts.new"
+        echo "$known $hostkey" >> "$ssh_dir/known_hosts.new"
+        mv "$ssh_dir/known_hosts.new" "$ssh_dir/known_hosts"
+    ) 9>"$ssh_dir/.lock"
     local t=$SECONDS
     until ssh -q -o BatchMode=yes -o UserKnownHostsFile="$ssh_dir/known_hosts" -o StrictHostKeyChecking=yes \
             -i "$ssh_dir/id_ed25519" -p "$port" "deploy@$ssh_address" sudo -n true 2>/dev/null; do

@@ -12,8 +12,14 @@ prompts that share prefixes or run to the end of the context. Every
 configuration's token streams must equal the reference exactly, no server log
 may show the KV window invariant ("DDTree KV window overrun"), an assertion or
 a traceback, every DDTree configuration must see >= --min-deep-accepts accepts
-of depth >= 2 and a forced retraction. Exit 0 on a pass, 1 on any failure or
-configuration that did not run within --time-limit, 2 on bad usage or no GPU.
+of depth >= 2 and a forced retraction. The sampled part (ddtree_proof/sampled.py)
+serves a softened copy of the target from two more servers, the baseline and
+DDTree (B 8, budget 16, overlap on), with 20,000 sampled requests per
+temperature (0.6 and 1.0; top_p 0.9, top_k 4) over two prompts: the first 4
+tokens of DDTree must follow the exact distribution and the baseline's
+(chi-square at 1e-4 each), and DDTree must accept drafts while sampling.
+Exit 0 on a pass, 1 on any failure or configuration that did not run within
+--time-limit, 2 on bad usage or no GPU.
 
 The environment (GPU): a virtual environment built OFFLINE from the
 deployment's own lock and wheelhouse (--lock, --wheelhouse, --local-wheel:
@@ -62,6 +68,7 @@ sys.path.insert(0, str(HERE))
 import series  # noqa: E402
 from ddtree_proof import compare as C  # noqa: E402
 from ddtree_proof import plan as P  # noqa: E402
+from ddtree_proof import sampled as SP  # noqa: E402
 from ddtree_proof import servers as S  # noqa: E402
 from ddtree_proof import venv as V  # noqa: E402
 
@@ -82,7 +89,8 @@ def _shapes(text: str) -> list[tuple[int, int]]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dry-run", action="store_true", help="CPU: models, plan, command lines, stand-in servers")
-    ap.add_argument("--dry-run-fault", choices=["concurrent-corruption"], help="dry run: corrupt the DDTree stand-ins")
+    ap.add_argument("--dry-run-fault", choices=["concurrent-corruption", "sampled-greedy"],
+                    help="dry run: corrupt the DDTree stand-ins")  # fmt: skip
     ap.add_argument("--out", type=Path, default=Path("ddtree-proof"))
     ap.add_argument("--python", help="an existing environment's python for the servers (else one is built)")
     ap.add_argument("--wheelhouse", type=Path, help="the deployment's wheelhouse (offline install)")
@@ -103,11 +111,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--time-limit", type=float, default=P.TIME_LIMIT_S, help="servers: planned and enforced")
     ap.add_argument("--min-deep-accepts", type=int, default=100, help="accepts of depth >= 2 each DDTree row needs")
     ap.add_argument("--skip-bench", action="store_true")
+    ap.add_argument("--sampled-samples", type=int, default=SP.SAMPLES,
+                    help=f"sampled part: requests per prompt and temperature ({SP.SAMPLES})")  # fmt: skip
+    ap.add_argument("--skip-sampled", action="store_true", help="dry run only: without the sampled part")
     args = ap.parse_args(argv)
     if args.prompts < 1 or args.max_new_tokens < 1 or args.parallel < 1:
         ap.error("--prompts, --max-new-tokens and --parallel must be >= 1")
     if not args.dry_run and args.prompts < 48:
         ap.error(f"--prompts {args.prompts}: the proof needs >= 48 prompts on a GPU")
+    if not args.dry_run and (args.skip_sampled or args.sampled_samples < SP.SAMPLES):
+        ap.error(f"--sampled-samples {args.sampled_samples} / --skip-sampled: the proof needs the sampled part with "
+                 f">= {SP.SAMPLES} samples per prompt and temperature on a GPU")  # fmt: skip
+    if args.sampled_samples < 50:
+        ap.error(f"--sampled-samples {args.sampled_samples}: at least 50 are needed for the chi-square cells")
     if args.dry_run_fault and not args.dry_run:
         ap.error("--dry-run-fault needs --dry-run")
     if not args.dry_run and args.python is None and args.wheelhouse is None:
@@ -168,13 +184,16 @@ def prepare(args: argparse.Namespace, tree: Path) -> tuple | None:
     from ddtree_proof import reference as R  # noqa: PLC0415
 
     cpu_import_shims.install_torchvision_stand_in()
-    blocks = sorted({b for b, _ in args.shapes})
+    sampled_cfgs = [] if args.skip_sampled else P.sampled_configs(*SP.SHAPE)
+    blocks = sorted({b for b, _ in args.shapes} | {c.block for c in sampled_cfgs if c.block})
     paths = M.build_all(args.out / "models", blocks, dtype=args.dtype)
     for line in M.validate(paths, blocks):
         print(f"checked: {line}")
-    prompts = P.make_prompts(args.prompts, M.working_vocabulary(paths)["tokens"])
+    vocab = M.working_vocabulary(paths)["tokens"]
+    prompts = P.make_prompts(args.prompts, vocab)
     streams = R.streams(paths["target"], prompts, args.max_new_tokens)
     base, tree_cfgs = P.configs(args.shapes)
+    sampled = _prepare_sampled(args, paths, vocab) if sampled_cfgs else None
     plans = [P.server_plan(base, prompts, [args.max_new_tokens] * len(prompts))]
     for cfg in tree_cfgs:
         sim = DS.DraftSim(paths[f"drafter-b{cfg.block}"], paths["target"])
@@ -183,10 +202,13 @@ def prepare(args: argparse.Namespace, tree: Path) -> tuple | None:
             for p, s in zip(prompts, streams, strict=True)
         ]
         plans.append(P.with_expectation(P.server_plan(cfg, prompts, [e.verify_steps for e in per_prompt]), per_prompt))
+    requests = args.sampled_samples * len(SP.TEMPERATURES) * 2
+    plans += [P.sampled_plan(cfg, requests, SP.N_TOKENS, SP.MAX_RUNNING) for cfg in sampled_cfgs]
     total = P.schedule_seconds(plans, args.parallel)
     print(P.table(plans, total, args.parallel))
     P.write_json(args.out / "plan.json", plans, total)
-    short = [p.config.label for p in plans[1:] if (p.expected_deep_accepts or 0) < args.min_deep_accepts]
+    short = [p.config.label for p in plans[1:] if not p.config.sampled
+             and (p.expected_deep_accepts or 0) < args.min_deep_accepts]  # fmt: skip
     if total > args.time_limit or short:
         print(
             f"the plan cannot prove: {total:.0f} s planned (limit {args.time_limit:.0f} s); under "
@@ -194,11 +216,27 @@ def prepare(args: argparse.Namespace, tree: Path) -> tuple | None:
             file=sys.stderr,
         )
         return None
-    argvs = command_lines(args, paths, [base, *tree_cfgs])
+    argvs = command_lines(args, paths, [base, *tree_cfgs, *sampled_cfgs])
     if argvs is None:
         return None
     expected = {p.config.label: p.expected_deep_accepts for p in plans}
-    return paths, prompts, streams, base, tree_cfgs, argvs, expected
+    return paths, prompts, streams, base, tree_cfgs, argvs, expected, (sampled_cfgs, sampled)
+
+
+def _prepare_sampled(args: argparse.Namespace, paths: dict[str, Path], vocab: list[int]) -> dict:
+    """The sampled part's target, prompts and exact distributions (CPU, before any server)."""
+    from ddtree_proof import reference as R  # noqa: PLC0415
+
+    paths["target-sampled"] = SP.soften(paths["target"], args.out / "models" / "target-sampled", vocab)
+    model, greedy_model = R.load(paths["target-sampled"]), R.load(paths["target"])
+    prompts = SP.prompts(vocab)
+    for line in SP.validate(model, greedy_model, prompts):
+        print(f"checked: {line}")
+    exact = {(i, t): SP.exact(model, p, t) for i, p in enumerate(prompts) for t in SP.TEMPERATURES}
+    sizes = ", ".join(f"prompt {i} T={t}: {len(d)}" for (i, t), d in exact.items())
+    print(f"checked: sampled part: exact distributions of the first {SP.N_TOKENS} tokens enumerated ({sizes} "
+          f"sequences), {args.sampled_samples} samples per prompt and temperature")  # fmt: skip
+    return {"prompts": prompts, "exact": exact}
 
 
 def command_lines(args: argparse.Namespace, paths: dict[str, Path], cfgs: list[P.Config]) -> dict | None:
@@ -211,6 +249,7 @@ def command_lines(args: argparse.Namespace, paths: dict[str, Path], cfgs: list[P
         )  # fmt: skip
         resolved = S.parse_with_sglang(argvs[cfg.label])
         spec_ok = cfg.block is None or resolved["speculative_algorithm"] == "DFLASH"
+        spec_ok = spec_ok and resolved["disable_overlap_schedule"] == (not cfg.overlap)
         if resolved["speculative_ddtree_budget"] != cfg.budget or not spec_ok:
             print(f"{cfg.label}: the patched sglang resolved {resolved}", file=sys.stderr)
             return None
@@ -220,17 +259,22 @@ def command_lines(args: argparse.Namespace, paths: dict[str, Path], cfgs: list[P
 
 
 def _serve(cfg: P.Config, argv: list[str], args: argparse.Namespace, *, python: str, tree: Path,
-           paths: dict[str, Path], prompts: list[list[int]], deadline: float) -> tuple[C.Row, list[dict]]:  # fmt: skip
+           paths: dict[str, Path], prompts: list[list[int]], deadline: float,
+           sampled_prompts: list[list[int]]) -> tuple[C.Row, list[dict] | dict]:  # fmt: skip
     row = C.Row(cfg.label, cfg.block, cfg.budget, cfg.overlap, need_retraction=not args.dry_run)
     srv = S.launch(cfg, argv, python=python, out=args.out, tree=tree, dry_run=args.dry_run, paths=paths,
                    fault=args.dry_run_fault)  # fmt: skip
-    results: list[dict] = []
+    results: list[dict] | dict = []
     try:
         left = deadline - time.monotonic()
         C.wait_ready(srv.url, timeout_s=min(args.ready_timeout, max(left, 1.0)), alive=srv.alive)
         t0 = time.monotonic()
-        results = C.generate(srv.url, prompts, max_new_tokens=args.max_new_tokens,
-                             timeout_s=max(deadline - time.monotonic(), 1.0))  # fmt: skip
+        if cfg.sampled:
+            results = SP.sample(srv.url, sampled_prompts, args.sampled_samples,
+                                timeout_s=max(deadline - time.monotonic(), 1.0))  # fmt: skip
+        else:
+            results = C.generate(srv.url, prompts, max_new_tokens=args.max_new_tokens,
+                                 timeout_s=max(deadline - time.monotonic(), 1.0))  # fmt: skip
         row.wall_s = time.monotonic() - t0
     except (RuntimeError, TimeoutError) as exc:
         row.server_problems.append(str(exc))
@@ -240,7 +284,7 @@ def _serve(cfg: P.Config, argv: list[str], args: argparse.Namespace, *, python: 
     return row, results
 
 
-def run_servers(args, *, python, tree, paths, prompts, cfgs, argvs, started) -> dict:
+def run_servers(args, *, python, tree, paths, prompts, cfgs, argvs, started, sampled_prompts) -> dict:
     """Every server, `parallel` at a time; none starts after the deadline (NOT RUN)."""
     deadline = started + args.time_limit
     out: dict[str, tuple[C.Row, list[dict]]] = {}
@@ -253,8 +297,9 @@ def run_servers(args, *, python, tree, paths, prompts, cfgs, argvs, started) -> 
                 if time.monotonic() > deadline:
                     out[cfg.label] = (C.Row(cfg.label, cfg.block, cfg.budget, cfg.overlap, not_run="time limit"), [])
                     continue
-                futures[pool.submit(_serve, cfg, argvs[cfg.label], args, python=python, tree=tree, paths=paths,
-                                    prompts=prompts, deadline=deadline)] = cfg  # fmt: skip
+                job = pool.submit(_serve, cfg, argvs[cfg.label], args, python=python, tree=tree, paths=paths,
+                                  prompts=prompts, deadline=deadline, sampled_prompts=sampled_prompts)  # fmt: skip
+                futures[job] = cfg
             if not futures:
                 break
             done, _ = concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_COMPLETED)
@@ -267,10 +312,10 @@ def prove(args: argparse.Namespace, python: str, tree: Path, started: float) -> 
     prepared = prepare(args, tree)
     if prepared is None:
         return EXIT_FAILED
-    paths, prompts, streams, base, tree_cfgs, argvs, expected = prepared
+    paths, prompts, streams, base, tree_cfgs, argvs, expected, (sampled_cfgs, sampled) = prepared
     served = run_servers(
-        args, python=python, tree=tree, paths=paths, prompts=prompts, cfgs=[base, *tree_cfgs], argvs=argvs,
-        started=started,
+        args, python=python, tree=tree, paths=paths, prompts=prompts, cfgs=[base, *tree_cfgs, *sampled_cfgs],
+        argvs=argvs, started=started, sampled_prompts=sampled["prompts"] if sampled else [],
     )  # fmt: skip
     base_row, reference = served[base.label]
     if reference:
@@ -284,8 +329,24 @@ def prove(args: argparse.Namespace, python: str, tree: Path, started: float) -> 
         elif row.not_run is None and not row.server_problems:
             row.server_problems.append("no reference (the baseline did not serve)")
         rows.append(row)
+    sampled_rows, checks = _compare_sampled(args, served, sampled_cfgs, sampled)
     bench_ok, bench = (True, "") if args.skip_bench else _bench(args, tree, python)
-    return report(args, base_row, rows, bench=(bench_ok, bench), started=started)
+    return report(args, base_row, rows, bench=(bench_ok, bench), started=started, sampled=(sampled_rows, checks))
+
+
+def _compare_sampled(args: argparse.Namespace, served: dict, cfgs: list[P.Config], sampled: dict | None) -> tuple:
+    """The sampled part's rows (server problems, not-run) and its distribution checks."""
+    if not cfgs or sampled is None:
+        return [], []
+    rows = [served[c.label][0] for c in cfgs]
+    base_replies, tree_replies = (served[c.label][1] or {} for c in cfgs)
+    checks = SP.compare(tree_replies, base_replies, sampled["exact"])
+    if not args.dry_run:  # the sampled DDTree server must accept drafts (the stand-ins report none)
+        for c in checks:
+            if c.accept_length is None or c.accept_length < SP.MIN_ACCEPT:
+                c.errors += 1
+                c.first_error = c.first_error or f"mean accept length {c.accept_length} < {SP.MIN_ACCEPT}"
+    return rows, checks
 
 
 def _bench(args: argparse.Namespace, tree: Path, python: str) -> tuple[bool, str]:
@@ -300,9 +361,12 @@ def _bench(args: argparse.Namespace, tree: Path, python: str) -> tuple[bool, str
 
 
 def report(args: argparse.Namespace, base_row: C.Row, rows: list[C.Row], *, bench: tuple[bool, str],
-           started: float) -> int:  # fmt: skip
+           started: float, sampled: tuple = ([], [])) -> int:  # fmt: skip
     bench_ok, bench_text = bench
+    sampled_rows, checks = sampled
     text = C.table(rows, base_row)
+    if checks or sampled_rows:
+        text += "\n\n" + SP.table(checks) + "\n" + SP.servers(sampled_rows)
     mode = "DRY RUN (CPU stand-in servers, not sglang)" if args.dry_run else "GPU (patched sglang)"
     wall = time.monotonic() - started
     summary = (
@@ -315,16 +379,23 @@ def report(args: argparse.Namespace, base_row: C.Row, rows: list[C.Row], *, benc
     print(text)
     if bench_text:
         print(bench_text)
-    ok = base_row.ok and all(r.ok for r in rows) and bench_ok
+    sampled_ok = all(r.not_run is None and not r.server_problems and r.invariant_breaches == 0 for r in sampled_rows)
+    sampled_ok = sampled_ok and all(c.ok for c in checks) and (args.skip_sampled or len(checks) > 0)
+    ok = base_row.ok and all(r.ok for r in rows) and bench_ok and sampled_ok
     (args.out / "table.md").write_text(summary + "\n\n" + text + "\n")
     (args.out / "results.json").write_text(json.dumps({
         "mode": mode, "passed": ok, "bench_ok": bench_ok, "wall_s": wall,
         "rows": [dict(r.__dict__, ok=r.ok, deep_accepts=r.deep_accepts) for r in [base_row, *rows]],
+        "sampled": {"ok": sampled_ok, "checks": [dict(c.__dict__, tree_vs_exact=str(c.tree_vs_exact),
+                    base_vs_exact=str(c.base_vs_exact), tree_vs_base=str(c.tree_vs_base), ok=c.ok) for c in checks],
+                    "rows": [dict(r.__dict__, ok=r.ok) for r in sampled_rows]},
     }, indent=2))  # fmt: skip
     passed = sum(r.ok for r in rows)
+    sampled_line = "" if args.skip_sampled else (
+        f"; sampled: {sum(c.ok for c in checks)}/{len(checks)} distribution checks pass")
     print(
         f"{'PASS' if ok else 'FAIL'}: {passed}/{len(rows)} DDTree configurations identical to the reference with "
-        f">= {args.min_deep_accepts} accepts of depth >= 2 each; results in {args.out}"
+        f">= {args.min_deep_accepts} accepts of depth >= 2 each{sampled_line}; results in {args.out}"
     )
     return EXIT_OK if ok else EXIT_FAILED
 

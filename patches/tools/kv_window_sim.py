@@ -95,6 +95,7 @@ class Outcome:
     rows_reused: int = 0
     requests: int = 0
     min_row_margin: int | None = None  # req_to_token row width - largest allocation seen
+    max_mask_numel: int = 0  # the largest packed tree mask one step sizes from host lengths (DDTree)
     first_violation: str | None = None
 
     @property
@@ -366,6 +367,7 @@ class _Sim:
             self.out.free_slots += free
             if foreign:
                 self._violation(f"request {req.rid}: {foreign} window slots belong to another live request")
+        self._mask_size(seq_lens_cpu)
         if self.invariant is None:
             return
         try:
@@ -377,6 +379,22 @@ class _Sim:
         else:
             if overrun_any:
                 self.out.invariant_missed += 1
+
+    def _mask_size(self, seq_lens_cpu: Any) -> None:
+        """The packed mask the worker allocates this step, sized as it sizes it: from P itself
+        (non-overlap) or, under overlap, from the committed length prepare_for_decode reserved
+        from plus the most one step commits (ddtree_prefix_upper_bound_cpu)."""
+        from sglang.srt.speculative import ddtree_utils as U
+
+        case = self.case
+        if case.budget is None:
+            return
+        committed = getattr(self.draft_input, "committed_kv_lens_cpu", None)
+        bound, _exact = U.ddtree_prefix_upper_bound_cpu(
+            None if case.overlap else seq_lens_cpu, committed, case.max_commit
+        )
+        numel = U.ddtree_mask_numel_bound(bound, case.verify_width)
+        self.out.max_mask_numel = max(self.out.max_mask_numel, int(numel or 0))
 
     def _commit(self, batch: _Batch) -> None:
         case = self.case

@@ -4,6 +4,8 @@
 #     budget + 1 match a torch reference, widths from the block size do not;
 #   - verify_tree_greedy_triton == ddtree_greedy_walk (1000 rounds on GPU);
 #   - the ddtree_utils properties on CUDA tensors where they apply;
+#   - sglang's tree_speculative_sampling_target_only (the JIT-built sampled
+#     verification kernel) == the series' torch twin on 10,000 random trees;
 #   - the host-cost benchmark with --device cuda;
 #   - the draft top-K host copy before/after (how long the host is blocked
 #     with GPU work queued: the sync the previous tree build caused).
@@ -52,7 +54,8 @@ env -u PYTHONPATH DDTREE_PATCHED_TREE="$tmp/tree" DDTREE_TEST_DEVICE="$device" \
   -o python_files='check_*.py' --rootdir="$root" \
   "$root/tests/patches/cpu/check_triton_kernels.py" \
   "$root/tests/patches/cpu/check_ddtree_utils.py" \
-  "$root/tests/patches/cpu/check_ddtree_device_build.py" 2>&1 | tee "$out/pytest.log" || true
+  "$root/tests/patches/cpu/check_ddtree_device_build.py" \
+  "$root/tests/patches/cpu/check_ddtree_sampling.py" 2>&1 | tee "$out/pytest.log" || true
 grep -qE "[0-9]+ passed" "$out/pytest.log" && ! grep -qE "[0-9]+ (failed|error)" "$out/pytest.log" || rc=1
 
 "$py" "$root/benchmarks/ddtree_tree_build.py" --tree "$tmp/tree" --device "$device" --reps 50 \

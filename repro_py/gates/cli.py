@@ -4,7 +4,8 @@
 from the inventory, resolved as its plays resolve it (vault options as
 ansible-playbook's); otherwise the key comes from ``$SGLANG_API_KEY``.
 
-Runs the config echo, losslessness and coding gates against a running server.
+Runs the config echo, losslessness (greedy, token for token), sampled losslessness (in distribution)
+and coding gates against a running server.
 Exit codes: 0 every gate passed; 1 a gate failed; 2 bad arguments; 4 no
 isolating sandbox for the coding gate (bubblewrap or namespaces) and no
 ``--allow-unisolated``: nothing was judged; 130 interrupted.
@@ -23,7 +24,7 @@ from repro_py.atomicio import write_json_atomic
 from repro_py.cliparse import parse_or_exit_code
 from repro_py.codeeval.sandbox import IsolationUnavailable, require_isolation
 from repro_py.exitcodes import ExitCode
-from repro_py.gates import run_gates, serverlog
+from repro_py.gates import run_gates, sampled, serverlog
 from repro_py.gates.coding import DEFAULT_MAX_TOKENS, DEFAULT_MIN_PASS_RATE
 from repro_py.gates.lossless import DEFAULT_MAX_NEW_TOKENS, make_reference
 from repro_py.inventory_endpoint import add_arguments as add_endpoint_arguments
@@ -53,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the baseline's lossless reference JSON (written by --write-reference against the baseline)")
     p.add_argument("--write-reference", type=Path, default=None,
                    help="write this server's lossless outputs as the reference JSON (the baseline only)")
+    p.add_argument("--sampled-reference", type=Path, default=None,
+                   help="the baseline's samples JSON for the sampled gate (written by --write-sampled-reference)")
+    p.add_argument("--write-sampled-reference", type=Path, default=None,
+                   help="write this server's samples as the sampled gate's reference JSON (the baseline only)")
     p.add_argument("--server-log", type=Path, default=None,
                    help="the server's log of this run (e.g. journalctl -u UNIT --invocation=0 > FILE), scanned for "
                         "the KV-window invariant and tracebacks")
@@ -74,7 +79,7 @@ def _log_text(found: dict[str, Any]) -> str:
 
 
 def summary(result: dict[str, Any]) -> str:
-    coding, lossless, echo = result["coding"], result["lossless"], result["config_echo"]
+    coding, lossless, echo, drawn = result["coding"], result["lossless"], result["config_echo"], result["sampled"]
     det = lossless.get("deterministic") or {}
     unisolated = " (UNISOLATED: allowed by --allow-unisolated)" if coding.get("isolation_mode") == "none" else ""
     lines = [
@@ -83,6 +88,9 @@ def summary(result: dict[str, Any]) -> str:
         f"{lossless['exact_match_rate']}, first divergence {lossless['first_divergence']}, deterministic inference "
         f"server={det.get('server')} reference={det.get('reference')}; {_log_text(lossless['server_log'])}"
         + (f" ({lossless['reason']})" if lossless.get("reason") else ""),
+        f"sampled:     {'PASS' if drawn['passed'] else 'FAIL'} {drawn['verdict']}: p={drawn['p_value']} (alpha "
+        f"{drawn['alpha']}, the false-alarm rate), {drawn['requests']} requests at {drawn['setting']}"
+        + (f" ({drawn['reason']})" if drawn.get("reason") and not drawn["passed"] else ""),
         f"coding:      {'PASS' if coding['passed'] else 'FAIL'} {coding['pass_count']}/{coding['total']} "
         f"{json.dumps({k: v for k, v in coding['counts'].items() if v})}"
         + (f" ({coding['reason']})" if coding.get("reason") else ""),
@@ -112,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         endpoint = endpoint_from_args(args)
         expected = validate(parse_expect(args.expect))
         reference = json.loads(args.reference.read_text(encoding="utf-8")) if args.reference else None
+        drawn_ref = json.loads(args.sampled_reference.read_text(encoding="utf-8")) if args.sampled_reference else None
     except (ValueError, SpecConfigError, OSError) as exc:
         print(f"gates: {exc}", file=sys.stderr)
         return int(ExitCode.USAGE)
@@ -121,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         result = asyncio.run(run_gates(
             endpoint, expected, reference, coding_max_tokens=args.max_tokens,
             min_coding_pass_rate=args.min_coding_pass_rate, lossless_max_new_tokens=args.lossless_tokens,
-            allow_unisolated=args.allow_unisolated,
+            allow_unisolated=args.allow_unisolated, sampled_reference=drawn_ref,
         ))
     except IsolationUnavailable as exc:
         print(f"gates: {exc}", file=sys.stderr)
@@ -141,6 +150,15 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"gates: {args.write_reference} not written: a reference comes from the baseline's passing "
                   f"lossless run, this one is {lossless['verdict']}", file=sys.stderr)
+    drawn = result["sampled"].pop("samples", None)
+    if args.write_sampled_reference is not None:
+        if drawn is not None:
+            write_json_atomic(args.write_sampled_reference, sampled.make_reference(
+                {**result["sampled"], "samples": drawn}, source=f"{args.url} {expected.label}"))
+        else:
+            print(f"gates: {args.write_sampled_reference} not written: sampled references come from the baseline "
+                  f"(algorithm=none) with no --sampled-reference, this run is {result['sampled']['verdict']}",
+                  file=sys.stderr)
     if args.out is not None:
         write_json_atomic(args.out, result)
     print(summary(result))

@@ -64,7 +64,7 @@ NO_BASELINE = (
 )
 DETERMINISTIC_FIX = (
     "start both servers with --enable-deterministic-inference (role variable sglang_service_deterministic_inference:"
-    " true; a sweep sets it for every config it measures)"
+    " true; a sweep or tuner sets it on the restart that runs this gate, see --lossless-restart)"
 )
 
 
@@ -93,10 +93,13 @@ def compare(reference: list[int], observed: list[int]) -> Comparison:
 
 
 async def generate_ids(
-    session: aiohttp.ClientSession, endpoint: Endpoint, text: str, *, max_new_tokens: int, timeout_s: float = 600.0
+    session: aiohttp.ClientSession, endpoint: Endpoint, text: str, *, max_new_tokens: int, timeout_s: float = 600.0,
+    sampling: Mapping[str, Any] | None = None,
 ) -> list[int]:
-    sampling = {"temperature": 0, "max_new_tokens": max_new_tokens, "ignore_eos": True}
-    body = {"text": text, "sampling_params": sampling}
+    """One ``POST /generate``'s output ids: greedy, fixed-length (``ignore_eos``), or ``sampling`` as given."""
+    params = dict(sampling) if sampling is not None else {"temperature": 0, "max_new_tokens": max_new_tokens,
+                                                          "ignore_eos": True}  # fmt: skip
+    body = {"text": text, "sampling_params": params}
     async with session.post(
         endpoint.url("/generate"), json=body, headers=endpoint.headers(),
         timeout=aiohttp.ClientTimeout(total=timeout_s),

@@ -9,6 +9,10 @@ Every title names the sampling setting its figures were measured at
 set of plots per setting (``tps_vs_concurrency-temp0.7-topp0.95.png``), so
 figures of two settings never share a plot.
 
+Figures measured under deterministic inference (``--lossless-restart shared``,
+or an inventory that deploys it) say so in every title and in the PNG ``Title``
+metadata (``Run.figures_label``).
+
 A simulated run carries SIMULATED and its sim-speed factor in every title
 (``SIMULATED, sim-speed x10: figures are model outputs x10``), in the PNG
 ``Title`` metadata and in a watermark. When the results come from several
@@ -33,13 +37,15 @@ from repro_py.simmark import SIM_MARK, sim_note, speed_text
 
 
 def figure_title(text: str, run: Run) -> str:
-    """The plot's title with the sampling setting of its figures; a simulated run's gets a line with the
-    sim-speed note (the tuner's plots use it too)."""
+    """The plot's title with the sampling setting of its figures, and what they were measured under when that
+    is not the production config (``deterministic inference, --lossless-restart shared``); a simulated run's
+    gets a line with the sim-speed note (the tuner's plots use it too)."""
     settings = run.samplings
     sampling = f"sampling {settings[0].text}" if len(settings) == 1 else (
         "MIXED sampling: " + " / ".join(s.text for s in settings)
     )  # fmt: skip
-    title = f"{text}\n{sampling}"
+    label = run.figures_label
+    title = f"{text}\n{sampling}" + (f", {label}" if label else "")
     return f"{title}\n{sim_note(run.sim_speeds)}" if run.simulated else title
 
 
@@ -75,6 +81,8 @@ def finish_figure(fig: Any, path: Path, run: Run) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     title = f"{path.stem} ({sim_note(run.sim_speeds)})" if simulated else path.stem
+    if run.figures_label:
+        title += f"; {run.figures_label}"
     fig.savefig(tmp, format="png", dpi=110, metadata={"Title": title})
     plt.close(fig)
     tmp.replace(path)

@@ -20,6 +20,7 @@ from repro_py.atomicio import write_text_atomic
 from repro_py.exitcodes import ExitCode
 from repro_py.report import plots, recommend, tables
 from repro_py.simmark import sim_note, speed_text
+from repro_py.sweep.lossless_restart import DETERMINISTIC_LABEL, FLAG
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"  # package data: an installed wheel has them
 SUMMARY_TEMPLATE = "summary.md.j2"
@@ -96,6 +97,7 @@ def context(
         "winner_groups": _winner_groups(winners),
         "samplings": [s.text for s in run.samplings],
         "mixed_samplings": run.mixed_samplings,
+        "sampled_gate": tables.sampled_gate_text(run),
         "plot_sets": [
             {
                 "sampling": s.text,
@@ -110,6 +112,9 @@ def context(
         "fingerprints": fingerprints,
         "plots": {name: path.relative_to(run.path).as_posix() for name, path in plot_paths.items()},
         "refused": run.refused,
+        "figures_label": run.figures_label,
+        "inference": inference_text(run),
+        "lossless_mode": run.lossless_mode,
         "sandbox": plan.get("sandbox") or {},
         "sandboxes": sorted({r["sandbox"] for r in table} - {"-"}),
         "missing": [
@@ -118,6 +123,21 @@ def context(
             if isinstance(item, dict) and item.get("label") not in {r["label"] for r in table}
         ],
     }
+
+
+def inference_text(run: tables.Run) -> str:
+    """The header's words on what the figures were measured under and where the lossless gate ran."""
+    block = run.plan.get("lossless_restart") or {}
+    kind = run.figures_inference
+    figures = {
+        "deterministic": f"every figure under {DETERMINISTIC_LABEL}, not necessarily the production config",
+        "production": "every figure from the config as deployed (no deterministic inference)",
+        "mixed": f"MIXED: some figures under {DETERMINISTIC_LABEL}, some as deployed (each row says which)",
+    }.get(kind, "not recorded")
+    if run.lossless_mode is None:
+        return f"{figures}; {FLAG}: not recorded (planned before it existed)"
+    summary = str(block.get("summary") or "").removeprefix("lossless gate: ")
+    return f"{figures}; {summary or FLAG + ' ' + run.lossless_mode}"
 
 
 def _winner_groups(winners: list[recommend.Winner]) -> list[dict[str, Any]]:

@@ -12,6 +12,12 @@ Every row carries the sampling setting its benchmark sent (``temperature``,
 results were measured at several settings is reported per setting
 (:meth:`Run.only`), never pooled.
 
+Every row says what its figures were measured under: ``deterministic_inference``
+(the engine's own ``/server_info``) and the run's ``lossless_restart`` mode; a run
+whose figures come from deterministic inference (``--lossless-restart shared``,
+or an inventory that deploys it) says so in every heading, table and plot title
+(:meth:`Run.figures_label`), never silently.
+
 Also at the single-stream cell: TTFT, the inter-token latency both per chunk
 (gaps between text chunks) and per token (time per output token after the
 first), and the client/engine ratio of mean end-to-end latency (the engine's
@@ -33,6 +39,7 @@ from typing import Any
 from repro_py import sampling_settings
 from repro_py.sampling_settings import Sampling
 from repro_py.simmark import SIM_MARK, distinct_speeds, speed_text
+from repro_py.sweep.lossless_restart import DETERMINISTIC_LABEL, FLAG, SHARED, stored_mode
 from repro_py.sweep.result_schema import ConfigResult, ResultError, load_result
 
 CSV_COLUMNS: tuple[str, ...] = (
@@ -47,6 +54,9 @@ CSV_COLUMNS: tuple[str, ...] = (
     "sim_fault",
     "temperature",
     "top_p",
+    "deterministic_inference",
+    "lossless_restart",
+    "lossless_gate_restart",
     "status",
     "failure_class",
     "failure_reason",
@@ -114,6 +124,36 @@ class Run:
     @property
     def mixed_samplings(self) -> bool:
         return len(self.samplings) > 1
+
+    @property
+    def lossless_mode(self) -> str | None:
+        """The run's ``--lossless-restart`` mode (None: planned before it existed)."""
+        return stored_mode(self.plan)
+
+    @property
+    def figures_inference(self) -> str:
+        """What the figures were measured under: ``deterministic``, ``production`` (no deterministic inference),
+        ``mixed`` or ``unknown`` (each engine's own ``/server_info`` says; else the plan)."""
+        flags = {(r.get("engine") or {}).get("deterministic_inference") for r in self.results} - {None}
+        if not flags:
+            planned = (self.plan.get("lossless_restart") or {}).get("figures_deterministic")
+            flags = {planned} if isinstance(planned, bool) else set()
+        if not flags:
+            return "unknown"
+        return "mixed" if len(flags) > 1 else ("deterministic" if True in flags else "production")
+
+    @property
+    def figures_label(self) -> str | None:
+        """The words every heading and plot title carries when the figures are not the production config's
+        (deterministic inference, or a mix); None for production figures (or a run that does not say)."""
+        kind = self.figures_inference
+        if kind == "mixed":
+            return f"MIXED: some figures under {DETERMINISTIC_LABEL}, some as deployed (see each row)"
+        if kind != "deterministic":
+            return None
+        mode = self.lossless_mode
+        how = f"{FLAG} shared" if mode == SHARED else "as the inventory deploys" if mode else "the run's setting"
+        return f"{DETERMINISTIC_LABEL}, {how}"
 
     def only(self, sampling: Sampling) -> Run:
         """The same run restricted to the results measured at ``sampling`` (figures of one setting only)."""
@@ -251,19 +291,40 @@ def gates_state(result: Mapping[str, Any]) -> str:
     return "not run" if result.get("status") == "ok" and gates.get("skipped") is True else "FAIL"
 
 
+def sampled_gate_text(run: Run) -> str:
+    """The setting the results' sampled gates sampled at ("T=1, top_p=0.9"; several joined; "-" when none ran)."""
+    found = []
+    for result in run.results:
+        setting = ((result.get("gates") or {}).get("sampled") or {}).get("setting")
+        if isinstance(setting, Mapping):
+            found.append(Sampling(float(setting.get("temperature", 0.0)), float(setting.get("top_p", 1.0))))
+    return " / ".join(s.text for s in sampling_settings.distinct(found)) or "-"
+
+
 def gate_details(result: Mapping[str, Any]) -> dict[str, Any]:
-    """The lossless verdict, the coding score and the sandbox mode its candidates were judged in ("-": not run)."""
+    """The lossless verdict, the sampled gate's verdict (and p-value), the coding score and the sandbox mode its
+    candidates were judged in ("-": not run)."""
     gates = result.get("gates") or {}
     lossless = gates.get("lossless") if isinstance(gates.get("lossless"), Mapping) else {}
+    sampled = gates.get("sampled") if isinstance(gates.get("sampled"), Mapping) else {}
+    p_value = (sampled or {}).get("p_value")
     coding = gates.get("coding") if isinstance(gates.get("coding"), Mapping) else {}
     log = (lossless or {}).get("server_log") or {}
     return {
+        "lossless_gate_restart": (lossless or {}).get("restart") or "-",
         "lossless_verdict": (lossless or {}).get("verdict") or "-",
         "lossless_reason": (lossless or {}).get("reason"),
+        "sampled_verdict": ((sampled or {}).get("verdict") or "-") + (f" (p={p_value:.3g})" if p_value else ""),
+        "sampled_reason": (sampled or {}).get("reason"),
+        "sampled_passed": (sampled or {}).get("passed"),
         "server_log": ("clean" if log.get("passed") else "NOT clean") if log.get("scanned") else "not scanned",
         "coding_score": f"{coding.get('pass_count')}/{coding.get('total')}" if coding else "-",
         "sandbox": (coding or {}).get("isolation_mode") or "-",
     }
+
+
+def _inference_text(flag: object) -> str:
+    return {True: "deterministic", False: "as deployed"}.get(flag, "-") if isinstance(flag, bool) else "-"
 
 
 def row(run: Run, result: Mapping[str, Any]) -> dict[str, Any]:
@@ -294,6 +355,9 @@ def row(run: Run, result: Mapping[str, Any]) -> dict[str, Any]:
         "temperature": sampling_settings.of_result(result).temperature,
         "top_p": sampling_settings.of_result(result).top_p,
         "sampling": sampling_settings.of_result(result).text,
+        "deterministic_inference": engine.get("deterministic_inference"),
+        "inference": _inference_text(engine.get("deterministic_inference")),
+        "lossless_restart": result.get("lossless_restart"),
         "status": result.get("status"),
         "failure_class": failure.get("class"),
         "failure_reason": failure.get("reason"),

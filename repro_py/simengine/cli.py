@@ -8,16 +8,16 @@ before anything is loaded, as a real server refuses to start.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from decimal import Decimal, InvalidOperation
-from pathlib import Path
 from typing import Any
 
 from repro_py import spec_config
 from repro_py.exitcodes import ExitCode
+from repro_py.simengine.ddtree_refusals import startup_refusal
 from repro_py.simengine.faults import ALLOWED, FaultError, parse_faults
+from repro_py.simengine.model_dirs import CliError, drafter_block_size_of, read_config
 from repro_py.simengine.perf_model import HOST_SCALE
 from repro_py.simengine.settings import Settings, redact_key_args, redact_keys
 from repro_py.simengine.sglang_choices import (
@@ -34,10 +34,6 @@ DEFAULT_KV_TOKENS = 400_000  # 64 x (8192 + 512) = 557k does not fit; 64 x (4096
 DFLASH_DEFAULT_MAX_RUNNING = 48  # sglang 0.5.23 resets max_running_requests to 48 for DFLASH
 
 FAULT_HELP = ALLOWED.replace(", ", " | ")
-
-
-class CliError(Exception):
-    """A refused command line; the message names the flag and the value."""
 
 
 def human_readable_int(value: str) -> int:
@@ -175,6 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="DDTree per-depth top-K cap (patch series); 1..budget.",
     )
+    p.add_argument("--speculative-accept-threshold-single", type=float, default=1.0, help="DDTree: 1.0 only.")
+    p.add_argument("--speculative-accept-threshold-acc", type=float, default=1.0, help="DDTree: 1.0 only.")
     # --- simulation only ---
     s = p.add_argument_group("simulation (not sglang flags)")
     s.add_argument(
@@ -237,40 +235,13 @@ def _name_flag(problem: str, ns: argparse.Namespace, block_flag: tuple[str, str]
     return problem
 
 
-def _read_config(path: str, flag: str) -> dict[str, Any]:
-    cfg_path = Path(path) / "config.json"
-    if not Path(path).is_dir() or not cfg_path.is_file():
-        raise CliError(f"{flag} {path!r}: not a directory with a config.json")
-    try:
-        data = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise CliError(f"{flag} {path!r}: config.json is not valid JSON ({exc})") from exc
-    if not isinstance(data, dict):
-        raise CliError(f"{flag} {path!r}: config.json is not a JSON object")
-    return data
-
-
-def drafter_block_size_of(config: dict[str, Any], path: str) -> int | None:
-    """The trained block size, read as sglang 0.5.23 reads it: ``dflash_config.block_size``,
-    else a top-level ``block_size`` (speculative/dflash_utils.py parse_dflash_draft_config)."""
-    dflash = config.get("dflash_config")
-    raw = dflash.get("block_size") if isinstance(dflash, dict) and "block_size" in dflash else config.get("block_size")
-    if raw is None:
-        return None
-    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
-        raise CliError(
-            f"--speculative-draft-model-path {path!r}: DFLASH block_size={raw!r} in config.json must be an integer >= 1"
-        )
-    return raw
-
-
 def resolve(argv: list[str]) -> Settings:
     """Parse and validate; raise CliError (or SystemExit from argparse) on a refused command line."""
     parser = build_parser()
     ns = parser.parse_args(argv)
     warnings: list[str] = []
 
-    model_cfg = _read_config(ns.model_path, "--model-path")
+    model_cfg = read_config(ns.model_path, "--model-path")
     cfg_ctx = model_cfg.get("max_position_embeddings")
     config_context = cfg_ctx if isinstance(cfg_ctx, int) and cfg_ctx > 0 else 131072
     context_length = config_context
@@ -332,7 +303,7 @@ def resolve(argv: list[str]) -> Settings:
                 "--speculative-draft-model-path (not set): DFLASH speculative decoding requires "
                 "setting --speculative-draft-model-path."
             )
-        drafter_cfg = _read_config(ns.speculative_draft_model_path, "--speculative-draft-model-path")
+        drafter_cfg = read_config(ns.speculative_draft_model_path, "--speculative-draft-model-path")
         drafter_block = drafter_block_size_of(drafter_cfg, ns.speculative_draft_model_path)
         block = ns.speculative_dflash_block_size
         if block is not None and block <= 0:
@@ -377,6 +348,9 @@ def resolve(argv: list[str]) -> Settings:
             f"--speculative-draft-window-size {spec.window}: must be >= --speculative-num-draft-tokens "
             f"(block_size). window_size={spec.window}, block_size={spec.block_size}."
         )
+    why = startup_refusal(ns.speculative_accept_threshold_single, ns.speculative_accept_threshold_acc)
+    if spec.algorithm == "ddtree" and why is not None:
+        raise CliError(why)
     if ns.speculative_draft_window_size is not None and spec.algorithm == "none":
         raise CliError(
             f"--speculative-draft-window-size {ns.speculative_draft_window_size}: set without --speculative-algorithm"

@@ -1,20 +1,22 @@
-"""What a DDTree server refuses per request, as the patch series' server does (HTTP 400).
+"""What a DDTree server refuses: per request (HTTP 400) and at startup, as the patch series' server does.
 
 Mirrors ``ddtree_request_refusal`` of patch 0010
-(``patches/sglang/0.5.23/0010-refuse-what-tree-verification-cannot-serve-per.patch``):
-tree verification keeps a draft only where it equals the target's greedy choice,
-so a DDTree server serves plain greedy decoding only. Grammar constraints,
-thinking budgets, custom logit processors, path-dependent penalties,
-watermarking and sampling are refused with the same messages, in the same
-order, and the server keeps serving.
+(``patches/sglang/0.5.23/0010-refuse-what-tree-verification-cannot-serve-per.patch``).
+A DDTree server serves greedy and sampled requests alike (sampled ones verified
+with target-only tree sampling, lossless in distribution) but refuses what
+depends on the path generated so far, which differs per tree node: grammar
+constraints, thinking budgets, custom logit processors, path-dependent
+penalties (frequency, presence, repetition, min_new_tokens) and watermarking,
+with the patch's messages, in the patch's order; the server keeps serving.
 
 Like the patch, it judges the request's *normalized* ``SamplingParams``
 (``sampling.SamplingParams.build``, after ``normalize`` and ``verify``: the
 tokenizer manager refuses a DDTree request only once sglang's own checks have
-passed): greedy is top_k 1 (a temperature below 1e-6 became top_k 1), a request
-that names no temperature has sglang's default of 1.0 and top_k -1 became the
-whole vocabulary (1 << 30), printed as the -1 the client sent, and other values
-are printed as the request gave them.
+passed); values are printed as the request gave them.
+
+At startup (``startup_refusal``), acceptance thresholds other than 1.0 are
+refused for DDTree: any other value accepts drafted tokens the target would not
+have sampled, so sampled requests would no longer be lossless.
 """
 
 from __future__ import annotations
@@ -68,17 +70,16 @@ def refusal(sp: Any, *, custom_logit_processor: str | None = None) -> str | None
             "presence_penalty 0, repetition_penalty 1, min_new_tokens 0, no "
             "watermark). " + SERVE_WITHOUT + "."
         )
-    top_k = int(getattr(sp, "top_k", 1))
-    temperature = getattr(sp, "temperature", None)
-    # normalize turned temperature 0 into top_k 1 and top_k -1 into the whole vocabulary (1 << 30)
-    greedy = top_k == 1 or (temperature is not None and 0.0 <= float(temperature) < 1e-6)
-    if not greedy:
-        shown = "-1" if top_k in (-1, 1 << 30) else str(top_k)  # what the client sent, as the patch prints it
-        return (
-            "DDTree (--speculative-ddtree-budget) serves greedy decoding only "
-            f"(temperature 0, or top_k 1); got temperature={temperature}, top_k={shown}. Tree "
-            "verification keeps a draft only where it equals the target's argmax, "
-            "so sampling would be decoded greedily without telling you. Send "
-            "temperature 0, or " + SERVE_WITHOUT + "."
-        )
     return None
+
+
+def startup_refusal(threshold_single: float, threshold_acc: float) -> str | None:
+    """Why a DDTree server refuses to start with these acceptance thresholds, or None (both 1.0)."""
+    if float(threshold_single) == 1.0 and float(threshold_acc) == 1.0:
+        return None
+    return (
+        f"--speculative-accept-threshold-single {threshold_single} / --speculative-accept-threshold-acc "
+        f"{threshold_acc}: DDTree (--speculative-ddtree-budget) allows only 1.0 for both: any other value "
+        "accepts drafted tokens the target would not have sampled, so sampled requests would not be lossless. "
+        "Leave both at 1.0, or serve plain DFLASH (without --speculative-ddtree-budget)."
+    )

@@ -17,6 +17,11 @@
                           more requests decode in the same step each one corrupts another's next token;
                           a request decoding alone is never affected, and nothing raises (the class of
                           the reservation bug the KV fix cured; only a concurrent check can see it)
+``bonus-unadjusted``      tree mode, sampled requests: when tree verification rejects every drafted child,
+                          the bonus token is drawn from the whole target distribution instead of the mass
+                          the children did not cover, so drafted tokens come out too often (the planted bug
+                          of the sampled-verification proof). Greedy output and acceptance are untouched;
+                          only a distributional check (the sampled gate) can see it
 """
 
 from __future__ import annotations
@@ -33,11 +38,12 @@ FAULT_NAMES = (
     "abort-after",
     "stall-after",
     "kv-overrun",
+    "bonus-unadjusted",
 )
 _WITH_ARG = frozenset({"crash-after", "oom-above-budget", "stream-error-after", "abort-after", "stall-after"})
 ALLOWED = (
     "crash-on-load, never-ready, crash-after:N, oom-above-budget:N, mask-offset, stream-error-after:N, "
-    "abort-after:N, stall-after:N, kv-overrun"
+    "abort-after:N, stall-after:N, kv-overrun, bonus-unadjusted"
 )
 # request faults: name -> what happens to a request past the threshold
 REQUEST_FAULTS = {"stream-error-after": "error", "abort-after": "abort", "stall-after": "stall"}
@@ -56,6 +62,7 @@ class Faults:
     oom_above_budget: int | None = None
     mask_offset: bool = False
     kv_overrun: bool = False
+    bonus_unadjusted: bool = False
     stream_error_after: int | None = None
     abort_after: int | None = None
     stall_after: int | None = None

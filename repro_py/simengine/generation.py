@@ -10,7 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
-from repro_py.simengine import contract, intake, sampling, textgen, tokenizer, validation
+from repro_py.simengine import contract, intake, sampling, textgen, tokenizer, validation, word_sampling
 from repro_py.simengine import openai_shapes as shapes
 from repro_py.simengine.httputil import BadRequest, crash, validated_body
 from repro_py.simengine.httputil import json_response as _json
@@ -46,6 +46,14 @@ def add_generation_routes(app: web.Application, state: EngineState) -> Callable[
             state.generation_requests += 1
         params = admitted.params
         garble = state.model_cfg.verify_width if settings.mask_offset_active else None
+        drawn = None  # how a sampled request's words are drawn: verified as this server verifies them
+        if admitted.temperature > 0:
+            spec = settings.spec
+            drawn = word_sampling.Processing(
+                temperature=admitted.temperature, top_p=float(params.top_p), top_k=int(params.top_k),
+                min_p=float(params.min_p), bonus_unadjusted=settings.bonus_unadjusted_active,
+                children=0 if spec.algorithm == "none" else (spec.topk or 1) if settings.tree_mode else 1,
+            )  # fmt: skip
         plan = textgen.plan(
             admitted.prompt_key,
             model=settings.served_model_name,
@@ -57,6 +65,7 @@ def add_generation_routes(app: web.Application, state: EngineState) -> Callable[
             thinking=admitted.thinking,
             garble_width=garble,
             problem_source=admitted.problem_source,
+            sampling=drawn,
         )
         req = Request(
             rid=uuid.uuid4().hex,
@@ -64,6 +73,7 @@ def add_generation_routes(app: web.Application, state: EngineState) -> Callable[
             plan=plan,
             streaming=admitted.streaming,
             internal=internal,
+            temperature=admitted.temperature,
         )
         if fault is not None:
             req.fault = fault

@@ -26,12 +26,18 @@ tokens per request, N = C*D tokens in the target forward)::
 token) that N tokens activate: loading expert weights dominates small
 batches, so the first extra verify tokens cost more than later ones.
 The autoregressive baseline is one target forward with D = 1 and no draft.
+
+Sampled requests (temperature T > 0) accept less: the greedy acceptance above is mapped to T by
+``accept_sampling`` (a per-depth factor per drafter family, fitted to published DFlash, DDTree
+and EAGLE-3 figures at T = 0 and T = 1). The step time does not depend on T.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+
+from repro_py.simengine.accept_sampling import sampled_accept_length
 
 # --- acceptance -------------------------------------------------------------
 ALPHA = 0.857  # per-depth tree acceptance of the drafter inside its trained depth
@@ -120,8 +126,9 @@ def _depth_weights(block_size: int, drafter_block_size: int) -> list[float]:
     return weights
 
 
-def accept_length(cfg: ModelConfig, context: int = 60) -> float:
-    """Mean tokens committed per verify step (bonus included)."""
+def accept_length(cfg: ModelConfig, context: int = 60, temperature: float = 0.0) -> float:
+    """Mean tokens committed per verify step (bonus included) for requests sampled at ``temperature``
+    (0: greedy)."""
     if cfg.mode == "none":
         return 1.0
     weights = _depth_weights(cfg.block_size, cfg.drafter_block_size)
@@ -136,6 +143,7 @@ def accept_length(cfg: ModelConfig, context: int = 60) -> float:
         cap = 1.0 + min(cfg.budget, cfg.block_size - 1) * CAP_PER_NODE
         value = min(value, cap)
     value *= _window_factor(cfg.window, context)
+    value = sampled_accept_length(value, cfg.max_accept - 1, cfg.mode, temperature)
     if cfg.mask_offset_bug:
         value = min(value, MASK_OFFSET_ACCEPT)
     return max(1.0, min(value, float(cfg.max_accept)))
@@ -173,9 +181,9 @@ def prefill_ms(prompt_tokens: int, cfg: ModelConfig) -> float:
     return (PREFILL_FIXED + PREFILL_PER_TOKEN * prompt_tokens) * HOST_SCALE.get(cfg.host, 1.0)
 
 
-def predict(cfg: ModelConfig, concurrency: int = 1, context: int = 60) -> Prediction:
-    """Steady-state figures at ``concurrency`` requests of ``context`` prompt tokens."""
-    acc = accept_length(cfg, context)
+def predict(cfg: ModelConfig, concurrency: int = 1, context: int = 60, temperature: float = 0.0) -> Prediction:
+    """Steady-state figures at ``concurrency`` requests of ``context`` prompt tokens, sampled at ``temperature``."""
+    acc = accept_length(cfg, context, temperature)
     step = step_ms(cfg, concurrency, context)
     per_request = acc / (step / 1000.0)
     return Prediction(

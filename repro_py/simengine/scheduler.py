@@ -3,7 +3,8 @@
 Each step: admit waiting requests (KV capacity and max running requests
 permitting; their prefill joins this step and yields their first token),
 then every decoding request draws how many tokens this verify step accepts
-(mean = the model's acceptance length for its configuration and context),
+(mean = the model's acceptance length for its configuration, context and
+temperature: a sampled request accepts less than a greedy one),
 and the step takes the model's step time divided by ``--sim-speed``.
 Steps are scheduled against an absolute clock, so the pacing lag (how far
 the loop runs behind its own model) is measured and reported.
@@ -34,6 +35,7 @@ class Request:
     plan: TextPlan
     streaming: bool
     internal: bool = False  # the warmup request (counted like any request, as sglang's warmup is)
+    temperature: float = 0.0  # the request's sampling temperature (0: greedy), for its acceptance
     queue: asyncio.Queue[list[str] | None] = dataclasses.field(default_factory=asyncio.Queue)
     emitted: int = 0
     verify_ct: int = 0
@@ -155,15 +157,15 @@ class Scheduler:
         self._wake.set()
 
     @functools.lru_cache(maxsize=512)  # noqa: B019 - one scheduler per process
-    def _accept_mean(self, ctx_bucket: int) -> float:
-        return perf_model.accept_length(self.cfg, ctx_bucket)
+    def _accept_mean(self, ctx_bucket: int, temperature: float) -> float:
+        return perf_model.accept_length(self.cfg, ctx_bucket, temperature)
 
     def _draw(self, req: Request) -> int:
         kmax = self.cfg.max_accept
         if kmax <= 1:
             return 1
         ctx = req.prompt_tokens + req.emitted
-        mean = self._accept_mean(ctx // 256 * 256)
+        mean = self._accept_mean(ctx // 256 * 256, round(req.temperature, 2))
         p = (mean - 1.0) / (kmax - 1)
         rnd = self.rng.random
         return 1 + sum(1 for _ in range(kmax - 1) if rnd() < p)

@@ -52,6 +52,11 @@ class Settings:
         return self.spec.algorithm == "ddtree"
 
     @property
+    def bonus_unadjusted_active(self) -> bool:
+        """The bonus-unadjusted fault bites only tree verification (DDTree) of sampled requests."""
+        return self.faults.bonus_unadjusted and self.tree_mode
+
+    @property
     def mask_offset_active(self) -> bool:
         return self.faults.mask_offset_active(self.tree_mode, self.spec.budget, self.spec.block_size)
 

@@ -96,4 +96,6 @@ class EngineState:
                 active.append(f"{name}:{threshold}")
         if self.scheduler.kv_overrun:
             active.append("kv-overrun")
+        if self.settings.bonus_unadjusted_active:
+            active.append("bonus-unadjusted")
         return active

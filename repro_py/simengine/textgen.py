@@ -4,7 +4,10 @@ The model's raw output is ``<think>`` reasoning ``</think>`` answer. At
 temperature 0 the text depends only on the prompt and the model name, never
 on the speculative settings, so a lossless configuration reproduces it token
 for token. With temperature > 0 the request seed (or fresh randomness when no
-seed is given) picks the words.
+seed is given) samples the words from the simulated target's distribution
+after its sampling parameters, each drawn the way speculative verification
+draws it (``word_sampling``): the samples' distribution does not depend on the
+speculative settings either, unless the ``bonus-unadjusted`` fault is on.
 
 For a prompt that contains one of the coding-eval problems
 (``repro_py/codeeval/problems.yaml``) the reasoning holds a plausible but
@@ -22,10 +25,12 @@ import dataclasses
 import functools
 import hashlib
 import random
+from collections.abc import Callable
 
 from repro_py.codeeval import problems as codeeval_problems
 from repro_py.codeeval.problems import Problem
 from repro_py.simengine import tokenizer
+from repro_py.simengine.word_sampling import Processing, WordPicker
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
@@ -144,6 +149,8 @@ _WORDS = [
     "works",
     "fails",
 ]
+WORDS = tuple(_WORDS)
+Pick = Callable[[random.Random], str]  # draws the next word
 _CONNECTORS = ("First", "Then", "Next", "So", "Also", "Now", "Hence", "Still", "Finally", "Note that")
 _GARBAGE = ("ю", "щ", " the", "0", "]", " ,", "@", "Ġ", " )", " nan", "\ufffd", "#", " ~", "\u200b")
 
@@ -167,19 +174,23 @@ def _seed(*parts: object) -> int:
     return int.from_bytes(digest[:8], "little")
 
 
-def _sentence(rng: random.Random) -> str:
+def _uniform(rng: random.Random) -> str:
+    return rng.choice(_WORDS)
+
+
+def _sentence(rng: random.Random, pick: Pick = _uniform) -> str:
     n = rng.randint(7, 16)
-    words = [rng.choice(_WORDS) for _ in range(n)]
+    words = [pick(rng) for _ in range(n)]
     lead = rng.choice(_CONNECTORS) if rng.random() < 0.35 else words.pop(0).capitalize()
     return " ".join([lead, *words]) + rng.choice((".", ".", ".", ",", "?", ":")) if words else lead + "."
 
 
-def _paragraphs(rng: random.Random, min_tokens: int, cap: int | None = None) -> str:
+def _paragraphs(rng: random.Random, min_tokens: int, cap: int | None = None, pick: Pick = _uniform) -> str:
     """Paragraphs of at least ``min_tokens`` tokens; stop early once past ``cap`` (same prefix either way)."""
     out: list[str] = []
     tokens = 0
     while tokens < min_tokens and (cap is None or tokens <= cap):
-        para = " ".join(_sentence(rng) for _ in range(rng.randint(3, 6)))
+        para = " ".join(_sentence(rng, pick) for _ in range(rng.randint(3, 6)))
         out.append(para)
         tokens += tokenizer.count(para) + 1
     return "\n\n".join(out)
@@ -207,15 +218,15 @@ def _problem_text(problem: Problem, rng: random.Random) -> str:
     return THINK_OPEN + reasoning + THINK_CLOSE + answer
 
 
-def _free_text(rng: random.Random, natural_tokens: int, limit: int | None = None) -> str:
+def _free_text(rng: random.Random, natural_tokens: int, limit: int | None = None, pick: Pick = _uniform) -> str:
     """Reasoning then answer. With ``limit``, generation stops a paragraph past that many tokens:
     the caller cuts there, and the first ``limit`` tokens are the same as without it."""
     reasoning_tokens = int(natural_tokens * 0.7)
     cap = None if limit is None else limit + 64
-    reasoning = _paragraphs(rng, reasoning_tokens, cap)
+    reasoning = _paragraphs(rng, reasoning_tokens, cap, pick)
     if cap is not None and tokenizer.count(reasoning) > cap:
         return THINK_OPEN + reasoning
-    answer = _paragraphs(rng, natural_tokens - reasoning_tokens)
+    answer = _paragraphs(rng, natural_tokens - reasoning_tokens, pick=pick)
     return THINK_OPEN + reasoning + THINK_CLOSE + "\n\n" + answer
 
 
@@ -238,24 +249,28 @@ def raw_output(
     thinking: bool = True,
     problem_source: str | None = None,
     limit: int | None = None,
+    sampling: Processing | None = None,
 ) -> str:
     """The complete natural output (until EOS) for a prompt.
 
     ``problem_source`` is the text searched for a coding problem (the last
     user message of a chat); by default the prompt itself. ``limit`` (a
     max_tokens) lets long free text stop early; the first ``limit`` tokens
-    do not change.
+    do not change. ``sampling``: how a sampled request (temperature > 0)
+    draws its words (default: ``temperature`` alone, no speculation).
     """
     problem = find_problem(prompt_key if problem_source is None else problem_source)
+    pick: Pick = _uniform
     if temperature > 0:
         rng = random.Random(_seed(model, prompt_key, seed)) if seed is not None else random.Random()
+        pick = WordPicker(sampling or Processing(temperature), WORDS, prompt_key)
     else:
         rng = random.Random(_seed(model, prompt_key, "greedy"))
     if problem is not None:
         text = _problem_text(problem, random.Random(_seed(model, problem.id)))
     else:
         natural = 1500 + _seed(model, prompt_key, "length") % 1500
-        text = _free_text(rng, natural, limit if thinking else None)
+        text = _free_text(rng, natural, limit if thinking else None, pick)
     if not thinking:
         text = text.split(THINK_CLOSE, 1)[1].lstrip("\n") if THINK_CLOSE in text else text
     return text
@@ -278,11 +293,13 @@ def plan(
     thinking: bool = True,
     garble_width: int | None = None,
     problem_source: str | None = None,
+    sampling: Processing | None = None,
 ) -> TextPlan:
     """Pieces of the completion, cut by max_tokens, a stop string or EOS.
 
     ``garble_width`` set (the verify width of a misaligned tree mask) turns on
-    the mask-offset corruption from ``garble_position`` on.
+    the mask-offset corruption from ``garble_position`` on. ``sampling``: how a
+    sampled request's words are drawn (``raw_output``).
     """
     text = raw_output(
         prompt_key,
@@ -292,6 +309,7 @@ def plan(
         thinking=thinking,
         problem_source=problem_source,
         limit=max_tokens,
+        sampling=sampling,
     )
     all_pieces = tokenizer.pieces(text)
     if ignore_eos:

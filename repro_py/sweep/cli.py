@@ -37,7 +37,7 @@ from repro_py.exitcodes import ExitCode
 from repro_py.report.render import build_report
 from repro_py.sampling_settings import Sampling
 from repro_py.simengine.testing import free_port
-from repro_py.sweep import extravars, state
+from repro_py.sweep import extravars, lossless_restart, state
 from repro_py.sweep import inventory as inventorymod
 from repro_py.sweep.benchplan import BenchPlan
 from repro_py.sweep.errors import PlanError
@@ -83,7 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue a run: skip configs whose fingerprint matches")
     p.add_argument("--retry-failed", action="store_true", help="with --resume, rerun configs that failed")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated duration; run nothing")
-    p.add_argument("--no-restore", action="store_true", help="leave the last config running at the end")
+    p.add_argument(
+        "--no-restore", action="store_true",
+        help="leave the last restart running at the end (with --lossless-restart separate usually a lossless gate's, "
+        "with deterministic inference)",
+    )  # fmt: skip
     p.add_argument("--bench-contexts", nargs="+", metavar="N", help="context lengths (tokens), e.g. 60 1024 4096")
     p.add_argument("--bench-concurrency", nargs="+", metavar="N", help="concurrency levels, e.g. 1 8 32")
     p.add_argument("--repeats", type=int, help="repeats per cell (default 3)")
@@ -98,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(default 1)",
     )  # fmt: skip
     p.add_argument("--limit-hosts", metavar="HOST", help="the inventory host (or group) to sweep when it has several")
+    lossless_restart.add_argument(p)
     p.add_argument(
         "--reconfigurer",
         choices=("ansible", "local"),
@@ -235,11 +240,19 @@ def print_plan(console: Console, plan: Plan, run_id: str) -> None:
         f"grid from {plan.grid_source}; bench {len(b.contexts)} contexts {list(b.contexts)} x "
         f"{len(b.concurrency)} concurrency {list(b.concurrency)} x {b.repeats} repeats, max_tokens {b.max_tokens}"
     )
+    per = int(est.get("restarts_per_config", 1))
+    restarts = f"{per} restarts x " if per > 1 else "restart "
     console.print(
         f"estimated duration: {format_duration(est['total_s'])} "
-        f"(per config: restart {format_duration(est['load_s_per_config'])} + {b.cells} cells x "
+        f"(per config: {restarts}{format_duration(est['load_s_per_config'])} + {b.cells} cells x "
         f"{est['bench_s_per_cell']:.0f} s + gates {format_duration(est['gates_s_per_config'])}; "
         f"plus restoring the default config)"
+    )
+    restore = plan.default_config is not None
+    console.print(
+        f"restarts: {per * len(plan.configs) + restore} ({len(plan.configs)} configs x {per}"
+        + (", each config's lossless gate in a restart of its own" if per > 1 else "")
+        + (", plus the restore)" if restore else ")")
     )
     console.print(f"estimate basis: {estimate_basis(est)}")
     console.print(f"sampling of every benchmark request: {plan.sampling.text} (an entry's own setting wins)")
@@ -258,8 +271,8 @@ def print_gates(console: Console, sandbox: dict[str, Any], plan: Plan) -> None:
     """How the gates will judge: the coding sandbox, the lossless oracle and whether it has a baseline."""
     warn = " [red](UNISOLATED, allowed by --allow-unisolated)[/]" if sandbox["mode"] == "none" else ""
     console.print(f"coding sandbox: {sandbox['mode']}{warn}: {escape(sandbox['description'])}")
-    console.print("lossless gate: every measured config runs with --enable-deterministic-inference and is compared "
-                  "with the baseline's outputs")
+    console.print(escape(plan.lossless_restart.summary()), highlight=False)
+    console.print(f"figures: {escape(plan.lossless_restart.figures)}", highlight=False)
     if not any(cfg.spec.algorithm == "none" for cfg in plan.configs):
         console.print("[yellow]no baseline (algorithm: none) in the grid: the lossless gate will judge no config[/]")
 
@@ -287,6 +300,7 @@ def local_reconfigurer(target: Target) -> tuple[Target, LocalProcessReconfigurer
         load_s=float(tv("sglang_service_sim_load_seconds", 0.5)),
         warmup_s=float(tv("sglang_service_sim_warmup_seconds", 0.2)),
         speed=float(tv("sglang_service_sim_speed", 1.0)),
+        inventory_deterministic=tv(extravars.DETERMINISTIC_VAR) is True,
     )
     return local, reconfigurer
 
@@ -370,9 +384,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             extra_vars = dict(stored["extra_vars"])
         if args.reconfigurer == "local" and not target.simulated:
             raise PlanError(["--reconfigurer local runs the simulated engine; this inventory's engine is real"])
+        run_name = run_dir.run_id if run_dir is not None else "?"
         plan = make_plan(
             target, raws, grid_source=source, bench=bench, results_root=results_root,
             sampling=run_sampling(args, stored),
+            lossless_mode=lossless_restart.resume_mode(args.lossless_restart, stored, run=run_name),
         )  # fmt: skip
     except PlanError as exc:
         console.print("[red]the plan was refused; nothing was restarted:[/]")
@@ -423,7 +439,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             plan,
             run_dir,
             reconfigurer,
-            BundleMeasure(gates_kwargs={"allow_unisolated": args.allow_unisolated}),
+            BundleMeasure(
+                gates_kwargs={"allow_unisolated": args.allow_unisolated}, sampled_reference=run_dir.sampled_reference
+            ),
             bundle=bundle,
             options=SweepOptions(restore=not args.no_restore, retry_failed=args.retry_failed),
             console=console,

@@ -1,4 +1,4 @@
-"""The error a sweep plan is refused with."""
+"""The error a sweep plan is refused with, and the one an interrupted config unwinds with."""
 
 from __future__ import annotations
 
@@ -9,3 +9,7 @@ class PlanError(Exception):
     def __init__(self, problems: list[str]) -> None:
         super().__init__("\n".join(problems))
         self.problems = problems
+
+
+class Interrupted(Exception):
+    """SIGINT arrived; the run is left resumable."""

@@ -9,6 +9,7 @@ from pathlib import Path
 from repro_py.sweep.benchplan import BenchPlan
 from repro_py.sweep.grid import PlannedConfig
 from repro_py.sweep.inventory import Target
+from repro_py.sweep.lossless_restart import LosslessRestart
 from repro_py.sweep.result_schema import ResultError, load_result
 
 #: Fallback estimates when neither the inventory nor earlier runs say better.
@@ -22,7 +23,8 @@ def history(results_root: Path, host: str) -> tuple[float | None, float | None, 
     output token), gates time; and how many earlier configs they come from.
 
     The restart time is the whole reconfigure (the play's own overhead included)
-    where recorded, else the engine's time to ready.
+    where recorded, else the engine's time to ready; the lossless gate's own restart
+    is a restart like any other. The gates time is every gate's, on whichever restart.
     """
     restarts: list[float] = []
     per_cell: list[float] = []
@@ -43,13 +45,15 @@ def history(results_root: Path, host: str) -> tuple[float | None, float | None, 
             restarts.append(float(timing["reconfigure_s"]))
         elif isinstance(doc["reconfigure"].get("time_to_ready_s"), int | float):
             restarts.append(float(doc["reconfigure"]["time_to_ready_s"]))
+        if isinstance(timing.get("lossless_reconfigure_s"), int | float):
+            restarts.append(float(timing["lossless_reconfigure_s"]))
         cells = doc["bench"].get("cells") or []
         settings = doc["bench"].get("settings") or {}
         work = float(settings.get("repeats") or 1) * float(settings.get("max_tokens") or 1)
         if cells and isinstance(timing.get("bench_s"), int | float):
             per_cell.append(float(timing["bench_s"]) / len(cells) / max(work, 1.0))
         if isinstance(timing.get("gates_s"), int | float):
-            gates.append(float(timing["gates_s"]))
+            gates.append(float(timing["gates_s"]) + float(timing.get("lossless_gate_s") or 0.0))
 
     def med(values: list[float]) -> float | None:
         return statistics.median(values) if values else None
@@ -58,8 +62,12 @@ def history(results_root: Path, host: str) -> tuple[float | None, float | None, 
 
 
 def estimate(
-    target: Target, configs: Sequence[PlannedConfig], bench: BenchPlan, results_root: Path
+    target: Target, configs: Sequence[PlannedConfig], bench: BenchPlan, results_root: Path, *,
+    lossless: LosslessRestart | None = None,
 ) -> dict[str, float]:
+    """Per config: its restarts (two when the lossless gate has its own: ``lossless``) + cells + gates; then the
+    restore."""
+    per_restarts = (lossless or LosslessRestart()).restarts_per_config
     kind = target.engine_kind
     hist_load, hist_cell, hist_gates, measured = history(results_root, target.host)
     load = target.var("sweep_load_time_s") or hist_load or DEFAULT_LOAD_S[kind]
@@ -67,12 +75,14 @@ def estimate(
         hist_cell *= bench.repeats * bench.max_tokens
     cell = target.var("sweep_cell_time_s") or hist_cell or DEFAULT_CELL_S[kind] * bench.repeats
     gates = target.var("sweep_gates_time_s") or hist_gates or DEFAULT_GATES_S[kind]
-    per_config = float(load) + float(cell) * bench.cells + float(gates)
+    per_config = float(load) * per_restarts + float(cell) * bench.cells + float(gates)
     restore = float(load)
     return {
         "load_s_per_config": float(load),
         "bench_s_per_cell": float(cell),
         "gates_s_per_config": float(gates),
+        "restarts_per_config": float(per_restarts),
+        "restarts": float(per_restarts * len(configs) + 1),  # the restore included
         "per_config_s": per_config,
         "total_s": per_config * len(configs) + restore,
         "history_configs": float(measured),

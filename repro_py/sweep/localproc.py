@@ -34,6 +34,8 @@ from repro_py.sweep.grid import PlannedConfig
 from repro_py.sweep.reconfigure import ReconfigureOutcome
 
 _LOG_NAME = "engine.log"
+#: echoed besides the speculative settings: what the new process runs (deterministic inference included)
+_ECHO_EXTRA = frozenset({"version", "simulated", "enable_deterministic_inference"})
 
 
 class _NotYet(Exception):
@@ -78,6 +80,7 @@ class LocalProcessReconfigurer:
         poll_s: float = 0.1,
         ready_timeout_s: float = 60.0,
         stop_timeout_s: float = 15.0,
+        inventory_deterministic: bool = False,
     ) -> None:
         self.port = port
         self.host = host
@@ -88,6 +91,8 @@ class LocalProcessReconfigurer:
         self.poll_s = poll_s
         self.ready_timeout_s = ready_timeout_s
         self.stop_timeout_s = stop_timeout_s
+        #: the inventory's sglang_service_deterministic_inference: what a production restart and the restore run
+        self.inventory_deterministic = inventory_deterministic
         self.proc: subprocess.Popen[bytes] | None = None
         self.model_root: Path | None = None
         self._log_path: Path | None = None
@@ -168,20 +173,22 @@ class LocalProcessReconfigurer:
         return "done", info if isinstance(info, dict) else {}
 
     def reconfigure(
-        self, cfg: PlannedConfig, private_dir: Path, cancel: threading.Event, *, restore: bool = False
+        self, cfg: PlannedConfig, private_dir: Path, cancel: threading.Event, *, restore: bool = False,
+        deterministic: bool = False,
     ) -> ReconfigureOutcome:
         with self.lock:
-            return self._reconfigure(cfg, private_dir, cancel, restore=restore)
+            return self._reconfigure(cfg, private_dir, cancel, restore=restore, deterministic=deterministic)
 
     def _reconfigure(
-        self, cfg: PlannedConfig, private_dir: Path, cancel: threading.Event, *, restore: bool
+        self, cfg: PlannedConfig, private_dir: Path, cancel: threading.Event, *, restore: bool, deterministic: bool
     ) -> ReconfigureOutcome:
         self.calls.append(cfg.label)
         t0 = time.monotonic()
         private_dir.mkdir(parents=True, exist_ok=True)
         self.stop()
-        # measured configs run deterministic inference, as the Ansible reconfigurer sets it (extravars)
-        args = self.engine_args(cfg) + ([] if restore else ["--enable-deterministic-inference"])
+        # as the Ansible reconfigurer: the flag when asked for (never for the restore), else the inventory's value
+        on = (deterministic and not restore) or self.inventory_deterministic
+        args = self.engine_args(cfg) + (["--enable-deterministic-inference"] if on else [])
         unit = " ".join(args).encode()
         (private_dir / "engine-args.json").write_text(json.dumps(args, indent=1) + "\n", encoding="utf-8")
         if self.model_root is None:
@@ -226,7 +233,7 @@ class LocalProcessReconfigurer:
                 info = None
             if phase == "done" and info is not None:
                 ready = time.monotonic()
-                echo = {k: v for k, v in info.items() if k.startswith("speculative_") or k in {"version", "simulated"}}
+                echo = {k: v for k, v in info.items() if k.startswith("speculative_") or k in _ECHO_EXTRA}
                 return ReconfigureOutcome(
                     ok=True,
                     status="ready",

@@ -1,7 +1,8 @@
 """Sweep plan: which configs, on which host, with which benchmark settings, and how long it will take.
 
 The grid's sources and validation: :mod:`repro_py.sweep.grid`; the host:
-:mod:`repro_py.sweep.inventory`; the time estimate: :mod:`repro_py.sweep.estimate`.
+:mod:`repro_py.sweep.inventory`; the time estimate: :mod:`repro_py.sweep.estimate`; where the lossless gate
+runs: :mod:`repro_py.sweep.lossless_restart`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from repro_py.sweep.errors import PlanError
 from repro_py.sweep.estimate import estimate, estimate_basis
 from repro_py.sweep.grid import PlannedConfig, describe, run_order, validate_all, validate_config
 from repro_py.sweep.inventory import Target
+from repro_py.sweep.lossless_restart import SEPARATE, LosslessRestart, resolve
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +31,8 @@ class Plan:
     estimate: Mapping[str, float]
     #: the run's sampling setting (``--temperature``/``--top-p``); an entry may name its own
     sampling: Sampling = dataclasses.field(default_factory=Sampling)
+    #: where the lossless gate runs (``--lossless-restart``) and what the figures are measured under
+    lossless_restart: LosslessRestart = dataclasses.field(default_factory=LosslessRestart)
 
     @property
     def simulated(self) -> bool:
@@ -49,6 +53,7 @@ class Plan:
             "default_config": None if self.default_config is None else self.default_config.short(),
             "bench": self.bench.as_dict(),
             "sampling": self.sampling.as_dict(),
+            "lossless_restart": self.lossless_restart.as_dict(),
             "estimate": dict(self.estimate),
             "estimate_basis": estimate_basis(self.estimate),
         }
@@ -62,7 +67,10 @@ def make_plan(
     bench: BenchPlan,
     results_root: Path,
     sampling: Sampling | None = None,
+    lossless_mode: str = SEPARATE,
 ) -> Plan:
+    """The validated plan; ``lossless_mode``: ``--lossless-restart`` (:mod:`repro_py.sweep.lossless_restart`)."""
+    lossless = resolve(lossless_mode, target)
     drafter_bs = target.var("sweep_drafter_block_size")
     drafter_block_size = drafter_bs if isinstance(drafter_bs, int) and not isinstance(drafter_bs, bool) else None
     allow = target.var("sglang_service_allow_block_mismatch") is True
@@ -92,7 +100,8 @@ def make_plan(
         default_config=default,
         bench=bench,
         grid_source=grid_source,
-        estimate=estimate(target, configs, bench, results_root),
+        estimate=estimate(target, configs, bench, results_root, lossless=lossless),
         sampling=sampling or Sampling(),
+        lossless_restart=lossless,
     )
 

@@ -68,6 +68,7 @@ class ReconfigureOutcome:
             # what the NEW process echoed when the readiness check passed (its config as it runs)
             "server_info_echo": dict(self.server_info_echo) if self.server_info_echo is not None else None,
             "artifacts": self.artifacts,
+            "unit_sha256": self.unit_sha256,
         }
 
 
@@ -75,12 +76,16 @@ class Reconfigurer(Protocol):
     """Restarts the engine with a config; blocking (the sweep calls it in a thread)."""
 
     def reconfigure(
-        self, cfg: PlannedConfig, private_dir: Path, cancel: threading.Event, *, restore: bool = False
+        self, cfg: PlannedConfig, private_dir: Path, cancel: threading.Event, *, restore: bool = False,
+        deterministic: bool = False,
     ) -> ReconfigureOutcome:
         """Stop the engine, start it with ``cfg``, wait for readiness (or failure).
 
         ``restore``: this is the final restore of the inventory's default config
-        (the Ansible reconfigurer then leaves out the sweep's ``--extra-var`` values)."""
+        (the Ansible reconfigurer then leaves out the sweep's ``--extra-var`` values).
+        ``deterministic``: run sglang's deterministic inference whatever the inventory says (the lossless
+        gate's restart, or every restart of ``--lossless-restart shared``); otherwise the inventory's own
+        ``sglang_service_deterministic_inference`` applies, as in the unit the operator deploys."""
         ...
 
     def journal(
@@ -331,14 +336,15 @@ class AnsibleReconfigurer:
         )
 
     def reconfigure(
-        self, cfg: PlannedConfig, private_dir: Path, cancel: threading.Event, *, restore: bool = False
+        self, cfg: PlannedConfig, private_dir: Path, cancel: threading.Event, *, restore: bool = False,
+        deterministic: bool = False,
     ) -> ReconfigureOutcome:
         private_dir = private_dir.resolve()
         private_dir.mkdir(parents=True, exist_ok=True)
         report_path = private_dir / "reconfigure-report.json"
         report_path.unlink(missing_ok=True)
         extravars = {**({} if restore else self.extra_vars), **cfg.extravars()}
-        if not restore:  # measured: deterministic inference, the lossless gate's oracle needs it on every config
+        if deterministic and not restore:  # the lossless gate's restart; otherwise the inventory's own value
             extravars[DETERMINISTIC_VAR] = True
         extravars["sglang_service_report_path"] = str(report_path)
         started = time.monotonic()

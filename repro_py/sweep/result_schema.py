@@ -38,9 +38,13 @@ class ConfigResult(TypedDict):
     fingerprint: dict[str, Any]
     #: ``/server_info`` of the engine that ran it: kind, version, sim_speed, max_total_num_tokens
     engine: dict[str, Any]
-    #: the restart: time_to_ready_s, invocation_id, wall_s, changed, status, main_pid,
-    #: server_info_echo (the new process's echo at readiness), artifacts
+    #: the restart that gave the figures: time_to_ready_s, invocation_id, wall_s, changed, status, main_pid,
+    #: server_info_echo (the new process's echo at readiness), artifacts, unit_sha256, deterministic_inference
     reconfigure: dict[str, Any]
+    #: ``--lossless-restart`` of the run: ``separate`` or ``shared`` (absent in results written before it existed)
+    lossless_restart: NotRequired[str]
+    #: the lossless gate's own restart with deterministic inference (``separate``), as ``reconfigure``
+    lossless_reconfigure: NotRequired[dict[str, Any]]
     #: ``repro_py.bench`` result: cells and settings
     bench: dict[str, Any]
     #: each gate's result and ``passed``
@@ -48,7 +52,8 @@ class ConfigResult(TypedDict):
     started_at: str
     finished_at: str | None
     wall_s: float
-    #: seconds per stage: reconfigure_s, load_s, server_info_s, bench_s, gates_s
+    #: seconds per stage: reconfigure_s, load_s, server_info_s, bench_s, gates_s; with the lossless gate's own
+    #: restart also lossless_reconfigure_s, lossless_load_s, lossless_gate_s
     timing: NotRequired[dict[str, float]]
 
 
@@ -74,6 +79,8 @@ _OPTIONAL_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "extra_vars": ((dict,), "a mapping"),
     "sampling": ((dict,), "a mapping"),
     "timing": ((dict,), "a mapping"),
+    "lossless_restart": ((str,), "a string"),
+    "lossless_reconfigure": ((dict,), "a mapping"),
 }
 
 

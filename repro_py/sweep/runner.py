@@ -9,15 +9,20 @@ A :class:`Measure` may decline to gate a config (its gates result then says
 config that is clearly behind): the result is ``ok`` with gates not run, so
 it can never win (winners need every gate passed) and is not a failure.
 
-The lossless reference is the baseline's outputs (the baseline runs first),
-stored in ``lossless-reference.json`` when its lossless gate made one (whatever
-its other gates say) and reused by ``--resume``; without a baseline no
-speculative config is judged lossless. The lossless verdict also rests on the
-server's log: the journal of the invocation that served the config is scanned
-for the KV-window invariant and tracebacks (``gates.serverlog``).
+One config is :mod:`repro_py.sweep.configrun`: its production restart (the
+figures, the coding gate, the config echo) and, with ``--lossless-restart
+separate``, the lossless gate's own restart with deterministic inference
+(:mod:`repro_py.sweep.lossless_restart`). The lossless reference is the
+baseline's outputs (the baseline runs first), stored in
+``lossless-reference.json`` when its lossless gate made one (whatever its other
+gates say) and reused by ``--resume``; without a baseline no speculative config
+is judged lossless. The lossless verdict also rests on the server's log: the
+journal of the invocation that served the gate is scanned for the KV-window
+invariant and tracebacks (``gates.serverlog``).
 
 SIGINT: the in-flight config is abandoned (no result file, so ``--resume``
-reruns it); a result write in progress always completes (writes are atomic
+reruns it, or only its second restart when its first stage is in
+``partial/<label>.json``); a result write in progress always completes (writes are atomic
 and run on the event loop, where the signal handler cannot cut them); the
 run is marked ``interrupted`` and the caller exits 130.
 """
@@ -28,7 +33,6 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import json
 import signal
 import threading
 import time
@@ -42,23 +46,19 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColum
 from rich.text import Text
 
 from repro_py.atomicio import write_json_atomic
-from repro_py.gates import serverlog
-from repro_py.gates.lossless import BASELINE
-from repro_py.sweep import fingerprint, hostcode, state
+from repro_py.sweep import fingerprint, state
+from repro_py.sweep.configrun import ConfigRun
+from repro_py.sweep.errors import Interrupted
 from repro_py.sweep.estimate import format_duration
-from repro_py.sweep.failures import CRASHED, FAILED_TO_START, GATE_FAILED, bench_error_summary, failed_gates
 from repro_py.sweep.grid import PlannedConfig
 from repro_py.sweep.measure import Measure
 from repro_py.sweep.plan import Plan
 from repro_py.sweep.reconfigure import ReconfigureOutcome, Reconfigurer
-from repro_py.sweep.result_schema import ConfigResult, mark_failed, new_result
+from repro_py.sweep.result_schema import ConfigResult
 
 RESTORE_LABEL = "restore-default"
 _T = TypeVar("_T")
-
-
-class Interrupted(Exception):
-    """SIGINT arrived; the run is left resumable."""
+__all__ = ["RESTORE_LABEL", "Interrupted", "SweepOptions", "SweepOutcome", "SweepRunner"]
 
 
 @dataclasses.dataclass
@@ -110,6 +110,7 @@ class SweepRunner:
         self._current: asyncio.Future[ConfigResult] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.timings: dict[str, dict[str, float]] = {}
+        self.config_run = ConfigRun(plan, run_dir, reconfigurer, measure, self.cancel, self.console)
 
     # ------------------------------------------------------------ signals
 
@@ -128,153 +129,20 @@ class SweepRunner:
 
     # ------------------------------------------------------------ one config
 
-    async def _journal(self, cfg: PlannedConfig, result: Mapping[str, Any]) -> list[str]:
-        """The journal of the invocation that served this config (never an earlier run's lines)."""
-        invocation = (result.get("reconfigure") or {}).get("invocation_id")
-        private = self.run_dir.runner_dir(cfg.label) / "journal"
-        try:
-            return await asyncio.to_thread(
-                functools.partial(self.reconfigurer.journal, private, invocation_id=invocation or None)
-            )
-        except Exception as exc:  # best effort
-            return [f"(journal unavailable: {exc})"]
-
     async def _reconfigure(self, cfg: PlannedConfig, private_dir: Path, *, restore: bool = False) -> ReconfigureOutcome:
         return await asyncio.to_thread(
             functools.partial(self.reconfigurer.reconfigure, cfg, private_dir, self.cancel, restore=restore)
         )
 
     async def run_config(self, cfg: PlannedConfig, controller_fp: Mapping[str, str]) -> ConfigResult:
-        result = new_result(
-            run_id=self.run_dir.run_id, label=cfg.label, config=cfg.short(), extra_vars=cfg.extra_vars,
-            engine_kind=self.plan.target.engine_kind,
-            bench_settings={**self.plan.bench.as_dict(), **cfg.sampling.as_dict()},
-            started_at=state.now_iso(), sampling=cfg.sampling.as_dict(),
-        )  # fmt: skip
-        timing: dict[str, float] = result.setdefault("timing", {})
-        endpoint = self.plan.target.endpoint
-        unit_sha: str | None = None
-        version: str | None = None
-        try:
-            t = time.monotonic()
-            outcome = await self._reconfigure(cfg, self.run_dir.runner_dir(cfg.label))
-            timing["reconfigure_s"] = round(time.monotonic() - t, 3)
-            if self.cancel.is_set() or outcome.status == "canceled":
-                raise Interrupted
-            result["reconfigure"] = outcome.as_result()
-            unit_sha = outcome.unit_sha256
-            if outcome.time_to_ready_s is not None:
-                timing["load_s"] = float(outcome.time_to_ready_s)
-            if not outcome.ok:
-                return mark_failed(
-                    result, outcome.failure_class or FAILED_TO_START, outcome.reason or "", outcome.journal
-                )
-
-            t = time.monotonic()
-            try:
-                engine = await self.measure.server_info(endpoint)
-            except Exception as exc:
-                return mark_failed(
-                    result,
-                    FAILED_TO_START,
-                    f"reported ready, but /server_info failed: {type(exc).__name__}: {exc}",
-                    await self._journal(cfg, result),
-                )
-            timing["server_info_s"] = round(time.monotonic() - t, 3)
-            result["engine"] = engine
-            version = engine.get("version")
-
-            t = time.monotonic()
-            bench: dict[str, Any] | None = None
-            bench_error: str | None = None
-            try:
-                bench = await self.measure.bench(endpoint, cfg, self.plan.bench)
-            except (asyncio.CancelledError, Interrupted):
-                raise
-            except Exception as exc:
-                bench_error = f"{type(exc).__name__}: {exc}"
-            timing["bench_s"] = round(time.monotonic() - t, 3)
-            if bench is not None:
-                result["bench"] = bench
-            alive = bench_error is None and await self.measure.alive(endpoint)
-            cells_failed = bench_error_summary(bench)
-            if not alive or cells_failed:
-                why = bench_error or cells_failed or "no cell error recorded"
-                prefix = "the engine stopped answering during the benchmark" if not alive else "the benchmark failed"
-                journal = await self._journal(cfg, result)
-                return mark_failed(result, CRASHED, hostcode.explain_failure(f"{prefix} ({why})", journal), journal)
-
-            t = time.monotonic()
-            reference = self._load_reference()
-            try:
-                gates = await self.measure.gates(endpoint, cfg, reference)
-            except (asyncio.CancelledError, Interrupted):
-                raise
-            except Exception as exc:
-                alive = await self.measure.alive(endpoint)
-                klass = GATE_FAILED if alive else CRASHED
-                prefix = "gates raised" if alive else "the engine stopped answering during the gates"
-                journal = [] if alive else await self._journal(cfg, result)
-                return mark_failed(result, klass, f"{prefix}: {type(exc).__name__}: {exc}", journal)
-            finally:
-                timing["gates_s"] = round(time.monotonic() - t, 3)
-            new_reference = gates.pop("lossless_reference", None)
-            result["gates"] = gates
-            if gates.get("skipped") is True:  # not gated on purpose: ok, but never eligible to win
-                gates["passed"] = False
-                return result
-            if isinstance(gates.get("lossless"), dict):
-                await self._scan_log(cfg, result, gates)
-                if not gates["lossless"].get("passed"):
-                    new_reference = None
-            if reference is None and cfg.spec.algorithm == BASELINE and isinstance(new_reference, Mapping):
-                write_json_atomic(
-                    self.run_dir.lossless_reference,
-                    {"label": cfg.label, "config": cfg.short(), "reference": new_reference},
-                )
-            if not gates.get("passed"):
-                if not await self.measure.alive(endpoint):
-                    return mark_failed(
-                        result,
-                        CRASHED,
-                        "the engine stopped answering during the gates: " + "; ".join(failed_gates(gates)),
-                        await self._journal(cfg, result),
-                    )
-                failed = failed_gates(gates) or ["gates did not pass (no gate named a reason)"]
-                return mark_failed(result, GATE_FAILED, "; ".join(failed))
-            return result
-        finally:
-            result["fingerprint"] = fingerprint.full_fingerprint(
-                controller_fp, unit_sha256=unit_sha, sglang_version=version
-            )
-
-    async def _scan_log(self, cfg: PlannedConfig, result: Mapping[str, Any], gates: dict[str, Any]) -> None:
-        """The invocation's journal, filtered on the host, into the lossless verdict (and the gates')."""
-        invocation = (result.get("reconfigure") or {}).get("invocation_id") or None
-        private = self.run_dir.runner_dir(cfg.label) / "journal-scan"
-        try:
-            lines = await asyncio.to_thread(functools.partial(
-                self.reconfigurer.journal, private, lines=serverlog.SCAN_LINES, invocation_id=invocation,
-                grep=serverlog.PATTERN,
-            ))
-        except Exception as exc:  # said, never silently clean
-            lines = [f"(journal unavailable: {type(exc).__name__}: {exc})"]
-        source = f"journal of invocation {invocation}" if invocation else "journal of the unit (no invocation id)"
-        serverlog.apply(gates["lossless"], serverlog.scan(lines, source=source))
-        gates["passed"] = bool(gates.get("passed") and gates["lossless"]["passed"])
-
-    def _load_reference(self) -> Mapping[str, Any] | None:
-        path = self.run_dir.lossless_reference
-        if not path.is_file():
-            return None
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        ref = doc.get("reference") if isinstance(doc, dict) else None
-        return ref if isinstance(ref, Mapping) else None
+        """One config's stages (:mod:`repro_py.sweep.configrun`): its restarts, benchmark and gates."""
+        return await self.config_run.run(cfg, controller_fp)
 
     @staticmethod
     def _finish(result: ConfigResult, t0: float) -> ConfigResult:
+        """Stamp the end; ``wall_s`` adds this session's time to what an earlier session spent (a partial)."""
         result["finished_at"] = state.now_iso()
-        result["wall_s"] = round(time.monotonic() - t0, 3)
+        result["wall_s"] = round(float(result["wall_s"]) + time.monotonic() - t0, 3)
         return result
 
     async def run_config_and_write(
@@ -291,6 +159,7 @@ class SweepRunner:
             self._current = None
         result = self._finish(result, t0)
         write_json_atomic(self.run_dir.result(cfg.label), result)
+        self.run_dir.partial(cfg.label).unlink(missing_ok=True)  # the result holds everything it held
         return result
 
     # ------------------------------------------------------------ the loop
@@ -333,6 +202,7 @@ class SweepRunner:
                     self.console.print(f"[yellow]{cfg.label}: {escape(decision.reason)}; rerun[/]")
             else:
                 outcome.skipped.append(cfg.label)
+                self.run_dir.partial(cfg.label).unlink(missing_ok=True)  # left by a write cut between the two
                 self.console.print(f"[dim]{cfg.label}: {escape(decision.reason)}; not rerun[/]")
         per = float(self.plan.estimate.get("per_config_s", 0.0))
         progress = Progress(

@@ -6,7 +6,10 @@
     state.json                 running | interrupted | complete, with timestamps
     configs/<label>.json       one result per finished config (schema 1, atomic)
     lossless-reference.json    the outputs every later config must reproduce
+    sampled-reference.json     the baseline's samples every later config's distribution is compared with
+    partial/<label>.json       a config between its two restarts (``configrun``): --resume runs only the second
     runner/<label>/            ansible-runner private data dir (artifacts, events)
+    runner/<label>.lossless-gate/  the same for the lossless gate's own restart (deterministic inference)
     runner/restore-default/    the final restore of the inventory's default config
     summary.md summary.csv plots/*.png MANIFEST.sha256
 
@@ -63,11 +66,29 @@ class RunDir:
     def lossless_reference(self) -> Path:
         return self.path / "lossless-reference.json"
 
+    @property
+    def sampled_reference(self) -> Path:
+        return self.path / "sampled-reference.json"
+
     def result(self, label: str) -> Path:
         return self.configs / f"{label}.json"
 
     def runner_dir(self, label: str) -> Path:
         return self.path / "runner" / label
+
+    def gate_runner_dir(self, label: str) -> Path:
+        """The private data dir of the lossless gate's own restart (``--lossless-restart separate``)."""
+        return self.path / "runner" / f"{label}.lossless-gate"
+
+    def partial(self, label: str) -> Path:
+        """A config's result after the first of its two stages (not a result: ``configs/`` never holds it)."""
+        return self.path / "partial" / f"{label}.json"
+
+    def partial_labels(self) -> list[str]:
+        """The configs between their two stages: a partial result and no result yet."""
+        folder = self.path / "partial"
+        found = sorted(path.stem for path in folder.glob("*.json")) if folder.is_dir() else []
+        return [label for label in found if not self.result(label).is_file()]
 
     def read_state(self) -> dict[str, Any]:
         try:

@@ -53,6 +53,7 @@ from repro_py.tune.sweepio import (
     RunDir,
     Target,
     add_inventory_arguments,
+    add_lossless_restart,
     build_report,
     coding_sandbox,
     default_run_id,
@@ -63,6 +64,7 @@ from repro_py.tune.sweepio import (
     print_gates,
     print_resume,
     refuse_unisolated,
+    resume_mode,
     source_args,
     target_from_args,
 )
@@ -173,8 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
     write = p.add_mutually_exclusive_group()
     write.add_argument("--write", action="store_true", help="write the winner to the inventory (after the diff)")
     write.add_argument("--no-write", action="store_true", help="only show the diff, never ask")
-    p.add_argument("--no-restore", action="store_true", help="leave the last config running at the end")
+    p.add_argument("--no-restore", action="store_true", help="leave the last restart running (as in a sweep)")
     p.add_argument("--limit-hosts", metavar="HOST", help="the inventory host to tune when it has several")
+    add_lossless_restart(p)
     p.add_argument(
         "-e",
         "--extra-var",
@@ -239,6 +242,7 @@ def _settings_from_args(args: argparse.Namespace, space: Space, host: str) -> Tu
         space=space,
         budget=Budget(max_restarts=args.max_restarts, max_hours=args.max_hours, restore=not args.no_restore),
         sampling=sampling_from_args(args),
+        lossless_restart=resume_mode(args.lossless_restart, None, run="-"),
     )
 
 
@@ -339,9 +343,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             ),
             results_root=results_root,
             sampling=settings.sampling,
+            lossless_mode=settings.lossless_restart,
         )
         settings = _with_current_config(settings, _deployed(plan, settings))
-        budget_issue = budget_problem(_search(settings, plan), settings.budget)
+        per_config = plan.lossless_restart.restarts_per_config
+        budget_issue = budget_problem(_search(settings, plan), settings.budget, per_config)
         if budget_issue is not None:
             raise PlanError([budget_issue])
     except (PlanError, objmod.ObjectiveError, laddermod.LadderError, ValueError) as exc:
@@ -400,10 +406,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not run_dir.plan.is_file():
         write_json_atomic(run_dir.plan, plan_doc)
 
-    loop = TuneLoop(
-        plan, search, run_dir, reconfigurer, BundleMeasure(gates_kwargs={"allow_unisolated": args.allow_unisolated}),
-        bundle=bundle, budget=settings.budget, console=console,
+    measure = BundleMeasure(
+        gates_kwargs={"allow_unisolated": args.allow_unisolated}, sampled_reference=run_dir.sampled_reference
     )
+    loop = TuneLoop(plan, search, run_dir, reconfigurer, measure, bundle=bundle, budget=settings.budget,
+                    console=console)
     finished = (
         args.resume
         and run_dir.read_state().get("status") == STATE_COMPLETE
@@ -443,7 +450,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.INTERRUPTED
 
     search.fit_surrogates()
-    restarts = len(search.records) + (1 if (restore or {}).get("status") in ("ok", "failed") else 0)
+    restarts = loop.restarts_used() + (1 if (restore or {}).get("status") in ("ok", "failed") else 0)
     doc = search_document(search, stop_reason=outcome_stop, settings=settings_doc, restarts=restarts)
     console.print(f"tuning {run_id}: {len(search.records)} configs restarted of {len(settings.space)}; {outcome_stop}")
     summary.print_winners(out, search)

@@ -6,11 +6,20 @@ atomic result write) with :class:`~repro_py.tune.measure.TunerMeasure`, under
 the sweep's Ctrl-C handling: the config in flight is abandoned (no result
 file; ``--resume`` proposes it again), the run is marked ``interrupted``.
 
+Only a config that survives the ladder is gated, and with
+``--lossless-restart separate`` only such a config gets the lossless gate's own
+restart (deterministic inference) after its production one; a config dropped
+earlier costs one restart. A config interrupted between its two restarts
+(``partial/<label>.json``) is finished first on ``--resume``: only its gate's
+restart runs, and the search replays it from its result.
+
 Budgets are hard limits checked before every restart: ``max_restarts``
-counts every engine restart of the run (earlier sessions included, the final
-restore of the inventory's default config included and reserved up front);
-``max_hours`` compares the wall time of the configs measured so far, plus the
-median time of one more config and the restore, with the limit.
+counts every engine restart of the run (earlier sessions included, the lossless
+gates' own restarts included, the final restore of the inventory's default
+config included and reserved up front); a config starts only when the restarts
+it may take (two when its lossless gate may need its own) fit. ``max_hours``
+compares the wall time of the configs measured so far, plus the median time of
+one more config and the restore, with the limit.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from rich.markup import escape
 from repro_py.atomicio import write_json_atomic
 from repro_py.tune.measure import TunerMeasure
 from repro_py.tune.outcome import latest_figures, outcome_text
+from repro_py.tune.records import RepeatedConfig
 from repro_py.tune.search import Search
 from repro_py.tune.sweepio import (
     STATE_COMPLETE,
@@ -37,12 +47,14 @@ from repro_py.tune.sweepio import (
     Interrupted,
     Measure,
     Plan,
+    PlannedConfig,
     Reconfigurer,
     RunDir,
     SweepOptions,
     SweepRunner,
     controller_fingerprint,
     decide,
+    restarts_of,
 )
 
 
@@ -65,18 +77,20 @@ class Budget:
         return {"max_restarts": self.max_restarts, "max_hours": self.max_hours, "restore_reserved": self.restore}
 
 
-def budget_problem(search: Search, budget: Budget) -> str | None:
+def budget_problem(search: Search, budget: Budget, per_config: int = 1) -> str | None:
     """Why ``budget`` cannot measure what every run must (the baseline, the current config in its restarts,
-    the restore, one candidate), or None."""
+    the restore, one candidate), or None. ``per_config``: the restarts a gated config takes (two when its
+    lossless gate has a restart of its own)."""
     if budget.max_restarts is None:
         return None
-    needed, parts = search.mandatory_restarts(restore=budget.restore and search.default is not None)
-    if budget.max_restarts >= needed + 1:
+    restore = budget.restore and search.default is not None
+    needed, parts = search.mandatory_restarts(restore=restore, per_config=per_config)
+    if budget.max_restarts >= needed + per_config:
         return None
     return (
         f"--max-restarts {budget.max_restarts} is too small for this run: it needs "
         + ", ".join(parts)
-        + f", and 1 for at least one candidate; allowed: {needed + 1} or more"
+        + f", and {per_config} for at least one candidate; allowed: {needed + per_config} or more"
     )
 
 
@@ -122,6 +136,8 @@ class TuneLoop:
             options=SweepOptions(restore=budget.restore),
             console=self.console,
         )
+        #: the restarts each measured config's result took (its production restart, and its lossless gate's own)
+        self.restarts: dict[str, int] = {}
 
     # ------------------------------------------------------------ resume
 
@@ -147,6 +163,7 @@ class TuneLoop:
                 self.console.print(f"[yellow]{escape(label)}: {escape(decision.reason)}; measured again if proposed[/]")
                 continue
             if self.search.replay(doc) is not None:
+                self.restarts[label] = restarts_of(doc)
                 reused.append(label)
                 self.console.print(f"[dim]{escape(label)}: {escape(decision.reason)}; not rerun[/]")
         return reused
@@ -154,7 +171,15 @@ class TuneLoop:
     # ------------------------------------------------------------ budget
 
     def restarts_used(self) -> int:
-        return len(self.search.records)
+        """Every restart of the run so far: each measured config's (one or two), and the first restart of a config
+        whose second has not run yet (``partial/``)."""
+        pending = sum(1 for label in self._pending() if label not in self.search.records)
+        return sum(self.restarts.get(label, 1) for label in self.search.records) + pending
+
+    def _pending(self) -> list[str]:
+        """Configs of the space whose first stage ran in an earlier session (their second restart is owed)."""
+        by_label = self.search.space.by_label()
+        return [label for label in self.run_dir.partial_labels() if label in by_label]
 
     def _reserve(self) -> int:
         return 1 if self.budget.restore and self.plan.default_config is not None else 0
@@ -165,12 +190,20 @@ class TuneLoop:
             return None
         return self.budget.max_restarts - self.restarts_used() - self._reserve()
 
-    def _budget_stop(self) -> str | None:
+    def _need(self, cfg: PlannedConfig) -> int:
+        """The restarts ``cfg`` may take: a repeated restart is never gated (one); any other config two when its
+        lossless gate may need a restart of its own."""
+        return 1 if isinstance(cfg, RepeatedConfig) else self.plan.lossless_restart.restarts_per_config
+
+    def _budget_stop(self, need: int | None = None) -> str | None:
+        """Why no further config may start (None: it may); ``need``: the restarts it may take."""
         reserve = self._reserve()
+        need = self.plan.lossless_restart.restarts_per_config if need is None else need
         used = self.restarts_used()
-        if self.budget.max_restarts is not None and used + reserve >= self.budget.max_restarts:
+        if self.budget.max_restarts is not None and used + reserve + need > self.budget.max_restarts:
             extra = " plus the final restore" if reserve else ""
-            return f"restart budget reached: {used} of {self.budget.max_restarts} restarts used{extra}"
+            why = f"; a config may take {need} (its lossless gate's own restart)" if need > 1 else ""
+            return f"restart budget reached: {used} of {self.budget.max_restarts} restarts used{extra}{why}"
         if self.budget.max_hours is not None:
             walls = [r.wall_s for r in self.search.records.values() if r.wall_s > 0]
             spent = sum(walls)
@@ -200,8 +233,31 @@ class TuneLoop:
         if self.on_progress is not None:
             self.on_progress()
 
+    def _recorded(self, label: str, result: Any, outcome: TuneOutcome) -> None:
+        rec = self.search.records[label]
+        self.restarts[label] = restarts_of(result)
+        outcome.measured_this_session.append(label)
+        line = f"{latest_figures(self.search, rec)}; {outcome_text(rec, self.search)}"
+        self.console.print(f"  -> {escape(line)} ({rec.wall_s:.1f} s)", highlight=False)
+        self._write_progress()
+
+    async def _finish_pending(self, outcome: TuneOutcome) -> None:
+        """Configs interrupted between their two restarts: only the lossless gate's restart is owed; run it first."""
+        by_label = self.search.space.by_label()
+        for label in self._pending():
+            if self.runner.cancel.is_set() or label in self.search.records or self._budget_stop(need=1):
+                continue
+            self.console.print(f"[bold]{escape(label)}[/]: finishing its lossless gate's restart", highlight=False)
+            try:
+                result = await self.runner.run_config_and_write(by_label[label])
+            except (asyncio.CancelledError, Interrupted):
+                self.runner.cancel.set()
+                return
+            if self.search.replay(result) is not None:
+                self._recorded(label, result, outcome)
+
     async def _run(self) -> TuneOutcome:
-        problem = budget_problem(self.search, self.budget)
+        problem = budget_problem(self.search, self.budget, self.plan.lossless_restart.restarts_per_config)
         if problem is not None:
             raise ValueError(problem)
         t0 = time.monotonic()
@@ -209,14 +265,19 @@ class TuneLoop:
         outcome = TuneOutcome(False, "", 0, [], reused, None, 0.0)
         self.run_dir.write_state(STATE_RUNNING, host=self.plan.target.host, simulated=self.plan.simulated, tool="tune")
         cancel = self.runner.cancel
+        await self._finish_pending(outcome)
         while not cancel.is_set():
-            stop = self._budget_stop()
+            stop = self._budget_stop(need=1)
             if stop is not None:
                 outcome.stop_reason = stop
                 break
-            proposal = self.search.propose(self.remaining())
+            proposal = self.search.propose(self.remaining(), self.plan.lossless_restart.restarts_per_config)
             if proposal is None:
                 outcome.stop_reason = self.search.stop_reason or "nothing left to propose"
+                break
+            stop = self._budget_stop(need=self._need(proposal.cfg))
+            if stop is not None:
+                outcome.stop_reason = stop
                 break
             rec = self.search.start(proposal)
             self.console.print(f"[bold]#{rec.order} {escape(rec.label)}[/]: {escape(proposal.reason)}", highlight=False)
@@ -226,11 +287,12 @@ class TuneLoop:
                 self.search.abandon(rec.label)
                 cancel.set()
                 break
-            rec = self.search.finish(rec.label, result)
-            outcome.measured_this_session.append(rec.label)
-            line = f"{latest_figures(self.search, rec)}; {outcome_text(rec, self.search)}"
-            self.console.print(f"  -> {escape(line)} ({rec.wall_s:.1f} s)", highlight=False)
-            self._write_progress()
+            if rec.label in self.runner.config_run.resumed:  # its ladder ran in an earlier session: replay it
+                self.search.abandon(rec.label)
+                self.search.replay(result)
+            else:
+                self.search.finish(rec.label, result)
+            self._recorded(rec.label, result, outcome)
         outcome.restarts = self.restarts_used()
         if cancel.is_set():
             outcome.interrupted = True

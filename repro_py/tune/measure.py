@@ -7,7 +7,7 @@ ladder (screen -> confirm -> full) on the engine that is already running,
 asking the search after every rung whether the config goes on, and
 ``gates`` runs the real gates only for a config that survived the last rung
 (or the baseline, the lossless reference); the others are recorded as not
-gated. Each benchmark call is the inner measure's (the bundle's
+gated (and get no lossless gate restart). Each benchmark call is the inner measure's (the bundle's
 ``run_matrix`` through ``BundleMeasure``), one cell at a time.
 
 The result's ``bench.cells`` keep the highest-fidelity measurement of each
@@ -18,12 +18,12 @@ decision taken, from which ``--resume`` rebuilds the search.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from repro_py.endpoint import Endpoint
 from repro_py.tune.search import Search
-from repro_py.tune.sweepio import BenchPlan, Measure, PlannedConfig
+from repro_py.tune.sweepio import GATE_NAMES, LOSSLESS_GATES, BenchPlan, Measure, PlannedConfig
 
 
 class TunerMeasure:
@@ -77,9 +77,11 @@ class TunerMeasure:
         return out
 
     async def gates(
-        self, endpoint: Endpoint, cfg: PlannedConfig, reference: Mapping[str, Any] | None
+        self, endpoint: Endpoint, cfg: PlannedConfig, reference: Mapping[str, Any] | None, *,
+        which: Collection[str] = GATE_NAMES,
     ) -> dict[str, Any]:
-        wanted, why = self.search.wants_gates(cfg.label)
-        if not wanted:
-            return {"skipped": True, "passed": False, "reason": why}
-        return await self.inner.gates(endpoint, cfg, reference)
+        if set(which) != LOSSLESS_GATES:  # the lossless gate's own restart: gated already on the production one
+            wanted, why = self.search.wants_gates(cfg.label)
+            if not wanted:
+                return {"skipped": True, "passed": False, "reason": why}
+        return await self.inner.gates(endpoint, cfg, reference, which=which)

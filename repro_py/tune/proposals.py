@@ -138,8 +138,9 @@ def fit_surrogates(search: Search) -> dict[str, Surrogate]:
     return search.surrogates
 
 
-def reference_repeat(search: Search, remaining: int | None) -> Proposal | None:
-    """The reference's next restart, when it is due (see the module docstring)."""
+def reference_repeat(search: Search, remaining: int | None, per_config: int = 1) -> Proposal | None:
+    """The reference's next restart, when it is due (see the module docstring): also when one more candidate
+    (``per_config`` restarts at most) would leave too few restarts for it."""
     default = search.default
     first = None if default is None else search.records.get(default.label)
     if default is None or first is None or first.status != OK:
@@ -149,7 +150,7 @@ def reference_repeat(search: Search, remaining: int | None) -> Proposal | None:
     if left <= 0:
         return None
     speculative = sum(1 for r in search.records.values() if r.cfg.spec.algorithm != "none" and r.restart == 1)
-    due = speculative >= search.settings.init_design or (remaining is not None and remaining <= left)
+    due = speculative >= search.settings.init_design or (remaining is not None and remaining < left + per_config)
     if not due:
         return None
     return Proposal(
@@ -183,14 +184,14 @@ def local_check(search: Search, pool: list[PlannedConfig]) -> Proposal | None:
     return None
 
 
-def propose(search: Search, remaining: int | None = None) -> Proposal | None:
+def propose(search: Search, remaining: int | None = None, per_config: int = 1) -> Proposal | None:
     pool = unmeasured(search)
     baseline = next((c for c in pool if c.spec.algorithm == "none"), None)
     if baseline is not None and (search.default is None or search.default.spec.algorithm != "none"):
         return Proposal(baseline, "lossless reference: the autoregressive baseline runs first, as in a sweep")
     if search.default is not None and search.default.label not in search.records:
         return Proposal(search.default, "the inventory's current config (the one to beat)")
-    repeat = reference_repeat(search, remaining)
+    repeat = reference_repeat(search, remaining, per_config)
     if repeat is not None:
         return repeat
     if not pool:

@@ -13,7 +13,7 @@ from typing import Any
 
 from repro_py import sampling_settings
 from repro_py.atomicio import write_json_atomic, write_text_atomic
-from repro_py.report.render import environment
+from repro_py.report.render import environment, inference_text
 from repro_py.report.tables import load_run
 from repro_py.simmark import sim_note
 from repro_py.tune import plots
@@ -76,6 +76,9 @@ def context(doc: dict[str, Any], run_path: Path, plot_paths: dict[str, Path]) ->
     modes = sorted({str(((r.get("gates") or {}).get("coding") or {}).get("isolation_mode")) for r in run.results
                     if ((r.get("gates") or {}).get("coding") or {}).get("isolation_mode")})
     return {
+        "figures_label": run.figures_label,
+        "inference": inference_text(run),
+        "restarts_per_config": int((run.plan.get("lossless_restart") or {}).get("restarts_per_config") or 1),
         "sandbox": sandbox,
         "sandboxes": modes,
         "run_id": run.run_id,

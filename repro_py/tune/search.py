@@ -2,7 +2,7 @@
 
 Within a restart, :meth:`Search.judge` applies the racing rule of
 :mod:`repro_py.tune.ladder` per objective and the SLOs after every rung; a
-config that survives the last rung is gated (coding, lossless, config echo)
+config that survives the last rung is gated (coding, lossless, sampled, config echo)
 before it can win (:meth:`Search.wants_gates`), and :meth:`Search.finish`
 records how it ended from its result file (also what ``--resume`` replays).
 Which config to restart next is :mod:`repro_py.tune.proposals`.
@@ -111,16 +111,19 @@ class Search:
     def reference_records(self) -> list[Record]:
         return sorted((r for r in self.records.values() if self.is_reference(r)), key=lambda r: r.restart)
 
-    def mandatory_restarts(self, *, restore: bool) -> tuple[int, list[str]]:
-        """Restarts every run makes before any candidate: (count, what they are)."""
+    def mandatory_restarts(self, *, restore: bool, per_config: int = 1) -> tuple[int, list[str]]:
+        """Restarts every run makes before any candidate: (count, what they are). ``per_config``: the restarts
+        of a gated config (two when its lossless gate has a restart of its own); a repeated restart is one."""
         parts: list[tuple[int, str]] = []
+        gate = ", its lossless gate's own restart included" if per_config > 1 else ""
         default_is_baseline = self.default is not None and self.default.spec.algorithm == "none"
         if any(c.spec.algorithm == "none" for c in self.space.configs) and not default_is_baseline:
-            parts.append((1, "the baseline (the lossless reference)"))
+            parts.append((per_config, f"the baseline (the lossless reference{gate})"))
         if self.default is not None:
             n = max(1, self.settings.reference_restarts)
             why = "; restarted twice or more to measure the between-restart noise" if n > 1 else ""
-            parts.append((n, f"the inventory's current config {self.default.label} (the one to beat{why})"))
+            what = f"the inventory's current config {self.default.label} (the one to beat{gate}{why})"
+            parts.append((per_config + n - 1, what))
         if restore:
             parts.append((1, "the final restore"))
         return sum(n for n, _ in parts), [f"{n} for {what}" for n, what in parts]
@@ -386,10 +389,11 @@ class Search:
 
     # ------------------------------------------------------------ proposals (repro_py.tune.proposals)
 
-    def propose(self, remaining: int | None = None) -> Proposal | None:
+    def propose(self, remaining: int | None = None, per_config: int = 1) -> Proposal | None:
         """The next config to restart, or None (``stop_reason`` says why); ``remaining``: restarts left for
-        configs (the restore already set aside), when the budget counts restarts."""
-        return proposals.propose(self, remaining)
+        configs (the restore already set aside), when the budget counts restarts; ``per_config``: the restarts
+        a gated candidate may take."""
+        return proposals.propose(self, remaining, per_config)
 
     def fit_surrogates(self) -> dict[str, Surrogate]:
         """Fit (or refit) the surrogate of every objective on the screened configs so far (for the report)."""

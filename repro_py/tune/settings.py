@@ -16,7 +16,7 @@ from repro_py.tune.noise import NoiseModel
 from repro_py.tune.objectives import Cell, Objective, Slo
 from repro_py.tune.search import SearchSettings
 from repro_py.tune.space import Space, validated
-from repro_py.tune.sweepio import PlanError, Target, format_duration
+from repro_py.tune.sweepio import PlanError, Target, format_duration, resume_mode
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +32,8 @@ class TuneSettings:
     budget: Budget
     #: what every benchmark request sends (the space's configs carry it in their labels)
     sampling: Sampling = dataclasses.field(default_factory=Sampling)
+    #: ``--lossless-restart``: where the lossless gate runs (``repro_py.sweep.lossless_restart``)
+    lossless_restart: str = "separate"
 
     def bench_cells(self) -> list[Cell]:
         cells = {o.cell for o in self.objectives}
@@ -62,6 +64,7 @@ class TuneSettings:
             "budget": self.budget.as_dict(),
             "space": self.space.as_dict(),
             "sampling": self.sampling.as_dict(),
+            "lossless_restart": {"mode": self.lossless_restart},
         }
 
     @classmethod
@@ -118,12 +121,15 @@ class TuneSettings:
             space=space,
             budget=budget,
             sampling=stored_sampling,
+            lossless_restart=resume_mode(
+                getattr(args, "lossless_restart", None), doc, run=str(getattr(args, "run_id", None) or "being resumed")
+            ),
         )
 
     def summary_rows(self) -> list[tuple[str, str]]:
         budget = self.budget
         limit = (
-            f"{budget.max_restarts} restarts (final restore included)"
+            f"{budget.max_restarts} restarts (final restore and the lossless gates' own restarts included)"
             if budget.max_restarts is not None
             else f"{budget.max_hours:g} h"
         )
@@ -151,6 +157,7 @@ def estimate_lines(settings: TuneSettings, estimate: Mapping[str, float]) -> lis
     load = float(estimate.get("load_s_per_config", 0.0))
     cell_full = float(estimate.get("bench_s_per_cell", 0.0))
     gates = float(estimate.get("gates_s_per_config", 0.0))
+    per = int(estimate.get("restarts_per_config", 1))  # 2: a gated config's lossless gate has a restart of its own
     full = settings.ladder[-1]
     cells = len(settings.bench_cells())
 
@@ -158,19 +165,21 @@ def estimate_lines(settings: TuneSettings, estimate: Mapping[str, float]) -> lis
         return cell_full * cells * (rung.repeats * rung.max_tokens) / (full.repeats * full.max_tokens)
 
     dropped = load + rung_cost(settings.ladder[0])
-    survivor = load + sum(rung_cost(r) for r in settings.ladder) + gates
-    grid = (load + cell_full * cells + gates) * len(settings.space) + load
+    survivor = load * per + sum(rung_cost(r) for r in settings.ladder) + gates
+    grid = (load * per + cell_full * cells + gates) * len(settings.space) + load
+    gated = (f"{per} restarts: the production one, then its lossless gate's own" if per > 1 else "one restart")
     lines = [
-        f"per restart: ~{format_duration(dropped)} for a config dropped at the screen, ~{format_duration(survivor)} "
-        f"for one measured to the end and gated (restart ~{format_duration(load)})",
+        f"per config: ~{format_duration(dropped)} for a config dropped at the screen (one restart), "
+        f"~{format_duration(survivor)} for one measured to the end and gated ({gated}; restart "
+        f"~{format_duration(load)})",
     ]
     if settings.budget.max_restarts is not None:
-        worst = survivor * (settings.budget.max_restarts - 1) + load
+        worst = survivor / per * (settings.budget.max_restarts - 1) + load
         lines.append(f"at most {settings.budget.max_restarts} restarts: at most ~{format_duration(worst)}")
     else:
         lines.append(f"at most {settings.budget.max_hours:g} h")
     lines.append(
-        f"the full grid of this space (every config measured fully, then the restore): "
-        f"{len(settings.space) + 1} restarts, ~{format_duration(grid)}"
+        f"the full grid of this space (every config measured fully and gated, then the restore): "
+        f"{per * len(settings.space) + 1} restarts, ~{format_duration(grid)}"
     )
     return lines

@@ -18,6 +18,8 @@ def print_plan(out: Console, settings: TuneSettings, plan: Any, run_id: str, fir
     table.add_column("value")
     for key, value in settings.summary_rows():
         table.add_row(key, value)
+    table.add_row("lossless gate", plan.lossless_restart.summary().removeprefix("lossless gate: "))
+    table.add_row("figures", plan.lossless_restart.figures)
     table.add_row("first restarts", ", ".join(first) or "-")
     out.print(table)
     for line in estimate_lines(settings, plan.estimate):

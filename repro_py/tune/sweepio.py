@@ -12,6 +12,7 @@ change to this file alone.
 from __future__ import annotations
 
 from repro_py.codeeval.sandbox import IsolationUnavailable
+from repro_py.gates import GATE_NAMES
 from repro_py.report.render import build_report
 from repro_py.sweep.benchplan import BenchPlan
 from repro_py.sweep.cli import (
@@ -32,6 +33,8 @@ from repro_py.sweep.grid import SIM_FAULT_KEY, PlannedConfig, expand_grid, valid
 from repro_py.sweep.inventory import Target, load_target, reload_target, source_args, target_from_args
 from repro_py.sweep.inventory import add_arguments as add_inventory_arguments
 from repro_py.sweep.localproc import LocalProcessReconfigurer
+from repro_py.sweep.lossless_restart import LOSSLESS_GATES, LosslessRestart, restarts_of, resume_mode
+from repro_py.sweep.lossless_restart import add_argument as add_lossless_restart
 from repro_py.sweep.measure import BundleMeasure, Measure, coding_sandbox
 from repro_py.sweep.plan import Plan, make_plan
 from repro_py.sweep.reconfigure import AnsibleReconfigurer, Reconfigurer
@@ -48,6 +51,8 @@ from repro_py.sweep.state import (
 
 __all__ = [
     "GATE_FAILED",
+    "GATE_NAMES",
+    "LOSSLESS_GATES",
     "RUN_ID_RE",
     "SIM_FAULT_KEY",
     "STATE_COMPLETE",
@@ -59,6 +64,7 @@ __all__ = [
     "Interrupted",
     "IsolationUnavailable",
     "LocalProcessReconfigurer",
+    "LosslessRestart",
     "Measure",
     "Plan",
     "PlanError",
@@ -69,6 +75,7 @@ __all__ = [
     "SweepRunner",
     "Target",
     "add_inventory_arguments",
+    "add_lossless_restart",
     "build_report",
     "coding_sandbox",
     "controller_fingerprint",
@@ -86,7 +93,9 @@ __all__ = [
     "print_resume",
     "refuse_unisolated",
     "reload_target",
+    "restarts_of",
     "resume_command",
+    "resume_mode",
     "source_args",
     "target_from_args",
     "validate_all",

@@ -208,6 +208,8 @@ def _ready_host(monkeypatch: pytest.MonkeyPatch, invocation: list[str], up: list
             raise wait.NotReady(f"{method} {url}: connection refused")
         if url.endswith("/generate"):
             return 200, b'{"text": "Paris"}'
+        if url.endswith("/v1/chat/completions"):
+            return 200, b'{"choices": [{"message": {"content": " 2, 3, 5"}}], "usage": {"completion_tokens": 6}}'
         return 200, b"{}"
 
     monkeypatch.setattr(wait, "http", http)

@@ -196,7 +196,7 @@ def test_a_refused_start_names_the_start_limit():
 
 
 def _server(handler_status):
-    """A loopback HTTP server answering /generate: 200 for greedy requests, ``handler_status`` for sampled ones."""
+    """A loopback HTTP server answering /v1/chat/completions with ``handler_status`` (and what it was sent)."""
     import http.server  # noqa: PLC0415
     import json  # noqa: PLC0415
     import threading  # noqa: PLC0415
@@ -206,12 +206,12 @@ def _server(handler_status):
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            seen.append((body["sampling_params"], self.headers.get("Authorization")))
-            sampled = body["sampling_params"].get("temperature", 0) > 0
-            status = handler_status if sampled else 200
-            error = b'{"error": {"message": "curand_kernel.h: No such file"}}'
-            payload = b'{"text": " Paris"}' if status == 200 else error
-            self.send_response(status)
+            seen.append((self.path, body, self.headers.get("Authorization")))
+            error = b'{"object": "error", "message": "curand_kernel.h: No such file"}'
+            reply = {"choices": [{"message": {"role": "assistant", "content": "", "reasoning_content": " Two"}}],
+                     "usage": {"completion_tokens": 8}}
+            payload = json.dumps(reply).encode() if handler_status == 200 else error
+            self.send_response(handler_status)
             self.end_headers()
             self.wfile.write(payload)
 
@@ -223,12 +223,16 @@ def _server(handler_status):
     return server, seen
 
 
-def test_readiness_samples_with_temperature_above_zero():
+def test_readiness_sends_the_openai_clients_default_request():
+    """No temperature, top_p or top_k: the server's defaults (sglang's temperature 1.0), as the OpenAI client sends
+    it; only bounded in length."""
     server, seen = _server(200)
     try:
         base = f"http://127.0.0.1:{server.server_address[1]}"
-        assert wait.sampled_generation(base, "k-1", 10, "inv") == " Paris"
-        assert seen[0][0]["temperature"] > 0 and seen[0][1] == "Bearer k-1"
+        assert wait.sampled_generation(base, "k-1", 10, "inv", "kimi-k2.6") == " Two"  # the reasoning: no content yet
+        path, body, auth = seen[0]
+        assert path == "/v1/chat/completions" and auth == "Bearer k-1"
+        assert body == {"model": "kimi-k2.6", "messages": wait.SAMPLED_MESSAGES, "max_tokens": 8}
     finally:
         server.shutdown()
 
@@ -237,15 +241,25 @@ def test_a_failing_sampled_generation_fails_readiness_with_the_servers_words():
     server, _ = _server(500)
     try:
         base = f"http://127.0.0.1:{server.server_address[1]}"
-        failed = r"sampled generation \(temperature 0.8\) failed: .* returned 500"
-        with pytest.raises(wait.EngineFailed, match=failed) as exc:
+        failed = r"sampled generation \(the OpenAI client's default request: no temperature, sglang's 1.0\) failed: "
+        with pytest.raises(wait.EngineFailed, match=failed + ".* returned 500") as exc:
             wait.sampled_generation(base, "", 10, "inv")
         assert "curand_kernel.h" in exc.value.reason
     finally:
         server.shutdown()
 
 
-# ---- readiness against the simulated engine: DDTree refuses sampling, DFLASH serves it ---------------
+def test_a_server_that_refuses_sampling_fails_readiness():
+    """A DDTree server built from a series that still serves greedy decoding only answers 400: not ready."""
+    server, _ = _server(400)
+    try:
+        with pytest.raises(wait.EngineFailed, match="returned 400"):
+            wait.sampled_generation(f"http://127.0.0.1:{server.server_address[1]}", "", 10, "inv")
+    finally:
+        server.shutdown()
+
+
+# ---- readiness against the simulated engine: every algorithm serves the sampled request --------------
 
 
 @pytest.fixture(scope="module")
@@ -259,6 +273,7 @@ def sim_engines(tmp_path_factory: pytest.TempPathFactory):
         "ddtree": start_engine([*ddtree_flags(budget=8, topk=4, window=2048, block=8), *fast],
                                model_root=tmp_path_factory.mktemp("m1")),
         "dflash": start_engine([*dflash, *fast], model_root=tmp_path_factory.mktemp("m2")),
+        "none": start_engine(fast, model_root=tmp_path_factory.mktemp("m3")),
     }
     try:
         for eng in engines.values():
@@ -269,29 +284,20 @@ def sim_engines(tmp_path_factory: pytest.TempPathFactory):
             eng.stop(timeout=5)
 
 
-def test_readiness_expects_a_ddtree_server_to_refuse_sampling(sim_engines):
-    """A DDTree server serves greedy decoding only: a readiness check demanding a sampled
-    generation would fail every DDTree deploy; it must expect the refusal instead."""
-    ddtree = sim_engines["ddtree"].url
-    with pytest.raises(wait.EngineFailed, match="returned 400"):
-        wait.sampled_generation(ddtree, "k-1", 10, "inv")
-    assert wait.sampled_generation(ddtree, "k-1", 10, "inv", "refused").startswith("refused: ")
+@pytest.mark.parametrize("algorithm", ["ddtree", "dflash", "none"])
+def test_readiness_demands_a_sampled_generation_from_every_algorithm(sim_engines, algorithm):
+    """A DDTree server serves the OpenAI client's default request (sampled) like every other: readiness demands
+    it from the new process instead of expecting a refusal."""
+    assert wait.sampled_generation(sim_engines[algorithm].url, "k-1", 10, "inv").strip()
 
 
-def test_readiness_fails_a_ddtree_server_that_answers_a_sampled_request(sim_engines):
-    """The refusal is demanded, not just tolerated: a tree server that samples would be served wrongly."""
-    with pytest.raises(wait.EngineFailed, match="must refuse a sampled generation"):
-        wait.sampled_generation(sim_engines["dflash"].url, "k-1", 10, "inv", "refused")
-    assert wait.sampled_generation(sim_engines["dflash"].url, "k-1", 10, "inv", "served")
-
-
-def test_the_role_asks_for_the_refusal_exactly_for_ddtree():
-    text = (ROOT / "roles/sglang_service/vars/main.yml").read_text()
-    rule = "{{ 'refused' if _sglang_service_spec.algorithm == 'ddtree' else 'served' }}"
-    assert f'_sglang_service_sampling: "{rule}"' in text
-    body = (ROOT / "roles/sglang_service/tasks/service.yml").read_text()
-    # the readiness wait and its async rest, the probe without a restart, the record
-    assert body.count('sampling: "{{ _sglang_service_sampling }}"') == 4
+def test_the_role_demands_the_sampled_generation_for_every_algorithm():
+    """No per-algorithm expectation is left: the module has no ``sampling`` choice and no task passes one."""
+    assert "sampling" not in (ROOT / "roles/sglang_service/vars/main.yml").read_text()
+    for name in ("service.yml", "rollback.yml"):
+        assert "sampling:" not in (ROOT / "roles/sglang_service/tasks" / name).read_text(), name
+    module = (ROOT / "roles/sglang_service/library/sglang_wait_ready.py").read_text()
+    assert '"sampling"' not in module and "  sampling:" not in module
 
 
 # ---- one echo comparison: the host module and the sweep's gate agree ---------------------------------

@@ -97,7 +97,8 @@ def http(method: str, path: str, body: dict[str, Any] | None = None, key: str | 
 
 
 def serving(key: str | None = None) -> bool:
-    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0}  # greedy: DDTree
+    """The OpenAI client's default request (no temperature: sglang's 1.0) is answered, DDTree included."""
+    body = {"model": "default", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
     status, raw = http("POST", "/v1/chat/completions", body, key)
     return status == 200 and bool(json.loads(raw)["choices"])
 
@@ -141,6 +142,18 @@ def test_deliberate_starts_are_never_refused_by_the_start_limit(tmp_path: Path):
         seen.append(report["invocation_id"])
     assert len(set(seen)) == 5
     assert unit()["Result"] == "success"
+
+
+def test_a_ddtree_restart_is_ready_only_after_a_sampled_generation_from_the_new_process(tmp_path: Path):
+    """Readiness demands the OpenAI client's default request (sampled, temperature 1.0) from the NEW process, DDTree
+    included; the report carries what it generated, and a sampled request is served afterwards too."""
+    before = unit()["InvocationID"]
+    rc, report, out = reconfigure(tmp_path, "-e", "budget=12", "-e", "topk=6", name="sampled")
+    assert rc == 0 and report["status"] == "ready", out[-2500:]
+    assert report["config"]["algorithm"] == "ddtree" and report["invocation_id"] != before
+    generation = report["generation"]
+    assert generation["text"] and generation["sampled_text"].strip(), generation
+    assert serving()  # the default request again, after readiness
 
 
 def test_a_crash_loop_is_still_stopped_by_the_start_limit(tmp_path: Path):

@@ -2,14 +2,17 @@
 
 `python -m repro_py.tune inventory/local --objective single-stream` over a
 small space with compressed time (`-e sglang_service_sim_speed=20`, short
-outputs, a 5-restart budget: the baseline, the current config, one candidate,
+outputs, an 8-restart budget: the baseline, the current config, one candidate,
 the current config again for the between-restart noise, the restore): every
-restart is `playbooks/reconfigure.yml` through ansible-runner, as in a sweep.
-Ctrl-C after the first result, then `--resume` as printed (the extra var kept);
-the winner, the search path, both reports, a manifest that GNU `sha256sum -c`
-accepts, the default config restored, and the write-back shown as a diff but
-not written (`--no-write`) when the winner beats the current config with the
-run's confidence, else the reason nothing is proposed.
+restart is `playbooks/reconfigure.yml` through ansible-runner, as in a sweep;
+a gated config is restarted twice (as deployed for its figures, then with
+deterministic inference for its lossless gate: `--lossless-restart
+separate`), and every restart counts against the budget. Ctrl-C after the
+first result, then `--resume` as printed (the extra var kept); the winner, the
+search path, both reports, a manifest that GNU `sha256sum -c` accepts, the
+default config restored, and the write-back shown as a diff but not written
+(`--no-write`) when the winner beats the current config with the run's
+confidence, else the reason nothing is proposed.
 
 Needs the deployed test host (`make e2e` deploys it first) and runs only with
 SGLANG_TESTHOST=1. TUNE_E2E_INVENTORY points it at another copy of
@@ -32,6 +35,7 @@ import pytest
 import yaml
 
 from repro_py.exitcodes import ExitCode
+from repro_py.sweep.lossless_restart import restarts_of
 
 ROOT = Path(__file__).resolve().parents[2]
 INVENTORY = Path(os.environ.get("TUNE_E2E_INVENTORY") or "inventory/local")
@@ -64,7 +68,7 @@ def test_tune_single_stream_on_the_systemd_test_host_interrupted_and_resumed(tmp
     had_host_vars = written.exists()
     common = ["--results", str(results), "--run-id", run_id]
 
-    proc = _tune(["--objective", "single-stream", "--space", str(space), "--max-restarts", "5", *SMALL, *common])
+    proc = _tune(["--objective", "single-stream", "--space", str(space), "--max-restarts", "8", *SMALL, *common])
     deadline = time.monotonic() + 900
     while time.monotonic() < deadline and not list((run_dir / "configs").glob("*.json")):
         if proc.poll() is not None:
@@ -89,7 +93,10 @@ def test_tune_single_stream_on_the_systemd_test_host_interrupted_and_resumed(tmp
     assert "baseline: done (ok), fingerprint matches; not rerun" in out
 
     search = json.loads((run_dir / "tune" / "search.json").read_text())
-    assert search["restarts"] == 5 and search["configs_measured"] == 4, search["stop_reason"]
+    docs = {p.stem: json.loads(p.read_text()) for p in (run_dir / "configs").glob("*.json")}
+    # every restart counted: each config's production one, each gated config's lossless gate's own, the restore
+    assert search["restarts"] == 1 + sum(restarts_of(d) for d in docs.values()) <= 8, search["stop_reason"]
+    assert search["configs_measured"] == len(docs) >= 3, search["stop_reason"]
     path = [p["label"] for p in search["path"]]
     assert path[:2] == ["baseline", "ddtree-b8-t4-w2048-bs8"]  # the reference, then the inventory's config
     assert path[3] == "ddtree-b8-t4-w2048-bs8.r2" and search["noise"]["between_restarts"]["restarts"] == 2
@@ -97,13 +104,19 @@ def test_tune_single_stream_on_the_systemd_test_host_interrupted_and_resumed(tmp
     assert winner["label"] and winner["label"] != "baseline", winner
     entry = next(p for p in search["path"] if p["label"] == winner["label"])
     assert entry["gates"] == "pass" and entry["last_rung"] == "full"
-    docs = {p.stem: json.loads(p.read_text()) for p in (run_dir / "configs").glob("*.json")}
     for label, doc in docs.items():
         assert doc["schema"] == 1 and doc["status"] == "ok", (label, doc["failure"])
         assert doc["engine"]["kind"] == "simulated" and doc["engine"]["sim_speed"] == 20.0
         assert doc["reconfigure"]["time_to_ready_s"] > 0
         # restarted by ansible-runner on playbooks/reconfigure.yml, events kept
         assert list((run_dir / "runner" / label / "artifacts").glob("*/job_events/*.json")), label
+        # the figures from the unit as deployed; a gated config's lossless gate from its own deterministic restart
+        assert doc["reconfigure"]["server_info_echo"]["enable_deterministic_inference"] is False, label
+        gated = doc["gates"].get("skipped") is not True
+        assert ("lossless_reconfigure" in doc) == gated, label
+        if gated:
+            echo = doc["lossless_reconfigure"]["server_info_echo"]
+            assert echo["enable_deterministic_inference"] is True and doc["gates"]["lossless"]["restart"] == "own"
 
     report = (run_dir / "tune" / "report.md").read_text()
     assert report.startswith("# SIMULATED tuning report") and winner["label"] in report

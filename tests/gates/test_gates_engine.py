@@ -13,7 +13,7 @@ import aiohttp
 
 from repro_py.codeeval.problems import load_problems
 from repro_py.endpoint import Endpoint
-from repro_py.gates import run_gates
+from repro_py.gates import run_gates, sampled
 from repro_py.gates.coding import run_coding
 from repro_py.gates.lossless import make_reference, run_lossless
 from repro_py.simengine.testing import REPO_ROOT, Engine, ddtree_flags, start_engine
@@ -33,11 +33,14 @@ async def test_baseline_reference_then_ddtree_passes_all_gates(engine_factory: F
     assert first["lossless"]["deterministic"]["server"] is True  # read from the engine's /server_info
     reference = make_reference(first["lossless"]["output_ids"], max_new_tokens=TOKENS, source="baseline",
                                deterministic=True)
+    assert first["sampled"]["verdict"] == "reference"
+    samples = sampled.make_reference(first["sampled"], source="baseline")
     base.stop()
 
     tree = engine_factory([*ddtree_flags(), *DET])
-    res = await run_gates(Endpoint(tree.url), DDTREE_B8, reference)
+    res = await run_gates(Endpoint(tree.url), DDTREE_B8, reference, sampled_reference=samples)
     assert res["config_echo"]["passed"], res["config_echo"]
+    assert res["sampled"]["passed"] and res["sampled"]["verdict"] == "same_distribution", res["sampled"]["reason"]
     assert res["lossless"]["passed"] and res["lossless"]["verdict"] == "lossless", res["lossless"]["reason"]
     assert res["lossless"]["exact_match_rate"] == 1.0
     assert res["lossless"]["first_divergence"] is None
@@ -120,11 +123,15 @@ async def test_coding_without_reasoning_parser_splits_on_think(engine_factory: F
 def test_cli_reference_roundtrip(engine_factory: Factory, tmp_path: Path) -> None:
     base = engine_factory(DET)
     ref = tmp_path / "ref.json"
+    drawn = tmp_path / "samples.json"
     out = tmp_path / "gates.json"
     common = [sys.executable, "-m", "repro_py.gates", "--lossless-tokens", "16"]
-    first = subprocess.run([*common, "--url", base.url, "--expect", "algorithm=none", "--write-reference", str(ref)],
+    first = subprocess.run([*common, "--url", base.url, "--expect", "algorithm=none", "--write-reference", str(ref),
+                            "--write-sampled-reference", str(drawn)],
                            capture_output=True, text=True, cwd=REPO_ROOT, timeout=300, check=False)
     assert first.returncode == 0, first.stdout + first.stderr
+    assert "sampled:     PASS reference" in first.stdout
+    assert json.loads(drawn.read_text())["algorithm"] == "none"
     written = json.loads(ref.read_text())
     assert written["max_new_tokens"] == 16 and written["algorithm"] == "none" and written["deterministic"] is True
     assert "sandbox:     bwrap" in first.stdout or "sandbox:     namespaces" in first.stdout
@@ -133,12 +140,14 @@ def test_cli_reference_roundtrip(engine_factory: Factory, tmp_path: Path) -> Non
     log = tmp_path / "server.log"
     log.write_text("[2026-05-09 10:00:00 TP0] Decode batch. #running-req: 16\n")
     second = subprocess.run([*common, "--url", tree.url, "--expect", "budget=16,topk=4,window=2048", "--reference",
-                             str(ref), "--server-log", str(log), "--out", str(out)],
+                             str(ref), "--sampled-reference", str(drawn), "--server-log", str(log), "--out", str(out)],
                             capture_output=True, text=True, cwd=REPO_ROOT, timeout=300, check=False)
     assert second.returncode == 1
     assert "speculative_ddtree_budget" in second.stdout and "server log: 1 lines scanned, clean" in second.stdout
+    assert "sampled:     PASS same_distribution: p=" in second.stdout
     data = json.loads(out.read_text())
     assert data["lossless"]["passed"] is True and data["config_echo"]["passed"] is False
+    assert data["sampled"]["verdict"] == "same_distribution" and "samples" not in data["sampled"]
     log.write_text("[2026-05-09 10:00:01 TP0] RuntimeError: DDTree KV window overrun: batch row 0 would write ...\n")
     third = subprocess.run([*common, "--url", tree.url, "--expect", "budget=8,topk=4,window=2048", "--reference",
                             str(ref), "--server-log", str(log)],

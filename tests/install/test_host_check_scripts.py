@@ -203,6 +203,22 @@ def test_arch_flags_follow_flashinfers_normalisation(cap: str, flag: str, monkey
     assert jcc.arch_flags(cap) == ["-gencode=arch=compute_90a,code=sm_90a", "-gencode=arch=compute_103a,code=sm_103a"]
 
 
+@pytest.mark.parametrize(
+    ("cap", "nvcc", "target"),
+    [("12.0", "13.0", (12, 0, "f")), ("12.0", "12.8", (12, 0, "a")), ("12.1", "13.0", (12, 1, "a")),
+     ("10.3", "13.0", (10, 3, "a")), ("9.0", "13.0", (9, 0, "a")), ("8.9", "13.0", (8, 9, "")),
+     ("12.0f", "13.0", (12, 0, "f"))],
+)  # fmt: skip
+def test_sglang_jit_target_follows_sglangs_suffixes(cap: str, nvcc: str, target: tuple[int, int, str],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """sglang's kernels/jit/utils/arch.py _cuda_arch_suffix: 9.x and >= 10 "a", 12.0 "f" from nvcc 12.9."""
+    jcc = load_path("jit_compile_check", FILES / "jit_compile_check.py")
+    monkeypatch.setattr(jcc, "version_banner", lambda cmd: f"Cuda compilation tools, release {nvcc}, V{nvcc}.88")
+    assert jcc.sglang_target(cap, "/usr/local/cuda") == target
+    with pytest.raises(ValueError, match=r"X\.Y is required"):
+        jcc.sglang_target("sm90", "/usr/local/cuda")
+
+
 @pytest.mark.skipif(shutil.which("dpkg-query") is None, reason="needs dpkg")
 def test_apt_pins_check_matches_globs_like_apt_preferences() -> None:
     bash = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "bash"], capture_output=True, text=True,

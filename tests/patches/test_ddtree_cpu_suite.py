@@ -21,6 +21,7 @@ CHECKS = [
     "check_server_args.py",
     "check_ddtree_utils.py",
     "check_ddtree_device_build.py",
+    "check_ddtree_sampling.py",
     "check_triton_kernels.py",
     "check_kv_reservation.py",
     "check_scheduler_path.py",

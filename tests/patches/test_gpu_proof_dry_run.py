@@ -6,7 +6,10 @@ DFlash config parser, the drafter's first choices through a CPU draft
 forward), prints the plan (expected accepts by depth, planned seconds per
 configuration), builds every server command line and resolves it with the
 patched sglang, then runs the client / comparison / table against CPU
-stand-in servers. The environment builder (the deployment's lock and
+stand-in servers; the sampled part (a softened target, sampled requests to a
+baseline and a DDTree stand-in, chi-square tests against the exact
+distribution) runs with few samples, and a stand-in that answers sampled
+requests greedily must fail it. The environment builder (the deployment's lock and
 wheelhouse, offline) is exercised on the test host's lock and the local
 wheelhouse, whose sglang wheel is the cp312 one.
 """
@@ -40,16 +43,18 @@ def _run(cpu_python: Path, out: Path, *extra: str) -> subprocess.CompletedProces
 @pytest.mark.sglang_cpu
 def test_dry_run_end_to_end(cpu_python, tmp_path):
     out = tmp_path / "proof"
-    proc = _run(cpu_python, out, "--shapes", "16:16")
+    proc = _run(cpu_python, out, "--shapes", "16:16", "--sampled-samples", "300")
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-5000:]
     assert "DRY RUN (CPU stand-in servers, not sglang)" in proc.stdout
     assert "first choice = the target's chain at depths 1-4 for all 48 roots" in proc.stdout
-    assert "checked: 3 command lines parse and resolve with the patched sglang" in proc.stdout
+    assert "checked: 5 command lines parse and resolve with the patched sglang" in proc.stdout
+    assert "sampled target (LM head x 0.07): greedy choices unchanged" in proc.stdout
     plan = json.loads((out / "plan.json").read_text())
-    assert [c["label"] for c in plan["configs"]] == ["baseline", "ddtree-b16-bs16-overlap", "ddtree-b16-bs16-sync"]
+    assert [c["label"] for c in plan["configs"]] == ["baseline", "ddtree-b16-bs16-overlap", "ddtree-b16-bs16-sync",
+                                                     "baseline-sampled", "ddtree-b16-bs8-sampled"]  # fmt: skip
     assert all(c["planned_s"] > 0 for c in plan["configs"]) and 0 < plan["planned_s"] <= 480
-    assert all(c["expected_deep_accepts"] >= 5 for c in plan["configs"][1:])
+    assert all(c["expected_deep_accepts"] >= 5 for c in plan["configs"][1:3])
     assert "| config | prefill iterations | decode iterations | planned s |" in proc.stdout
     rows = [ln for ln in proc.stdout.splitlines() if ln.startswith("| ddtree-") and ln.endswith("| PASS |")]
     assert len(rows) == 2, proc.stdout[-3000:]
@@ -63,17 +68,27 @@ def test_dry_run_end_to_end(cpu_python, tmp_path):
     assert "--disable-overlap-schedule" in sync and "--enable-deterministic-inference" in sync
     assert "--disable-overlap-schedule" not in argvs["ddtree-b16-bs16-overlap"]
     assert "--speculative-algorithm" not in argvs["baseline"]
+    sampled = argvs["ddtree-b16-bs8-sampled"]
+    assert sampled[sampled.index("--model-path") + 1].endswith("target-sampled")
+    assert "--enable-deterministic-inference" not in sampled and "--disable-overlap-schedule" not in sampled
+    assert sampled[sampled.index("--speculative-dflash-block-size") + 1] == "8"
+    assert "--speculative-algorithm" not in argvs["baseline-sampled"]
     results = json.loads((out / "results.json").read_text())
     assert results["passed"] is True and len(results["rows"]) == 3
+    checks = results["sampled"]["checks"]
+    assert results["sampled"]["ok"] is True and len(checks) == 4
+    assert all(c["ok"] and c["samples"] == 300 for c in checks)
+    assert {(c["prompt"], c["temperature"]) for c in checks} == {(0, 0.6), (0, 1.0), (1, 0.6), (1, 1.0)}
+    assert "sampled: 4/4 distribution checks pass" in proc.stdout
     assert all(r["prompts"] == 12 and r["identical"] == 12 for r in results["rows"])
     deep = [r for r in results["rows"] if r["block"] is not None]
-    assert all(r["deep_accepts"] == e["expected_deep_accepts"] for r, e in zip(deep, plan["configs"][1:], strict=True))
+    assert all(r["deep_accepts"] == e["expected_deep_accepts"] for r, e in zip(deep, plan["configs"][1:3], strict=True))
     assert "| batch | budget | D |" in proc.stdout  # the tree build + mask timing ran (on CPU here)
 
 
 @pytest.mark.sglang_cpu
 def test_dry_run_catches_a_concurrency_only_corruption(cpu_python, tmp_path):
-    proc = _run(cpu_python, tmp_path / "proof", "--shapes", "8:16", "--skip-bench",
+    proc = _run(cpu_python, tmp_path / "proof", "--shapes", "8:16", "--skip-bench", "--skip-sampled",
                 "--dry-run-fault", "concurrent-corruption")  # fmt: skip
     assert proc.returncode == 1, (proc.stdout + proc.stderr)[-5000:]
     rows = [ln for ln in proc.stdout.splitlines() if ln.startswith("| ddtree-")]
@@ -83,8 +98,22 @@ def test_dry_run_catches_a_concurrency_only_corruption(cpu_python, tmp_path):
 
 
 @pytest.mark.sglang_cpu
+def test_dry_run_catches_sampled_requests_decoded_greedily(cpu_python, tmp_path):
+    """The DDTree stand-in answers sampled requests with the greedy continuation (what DDTree did
+    before it sampled): the sampled part's chi-square tests must fail it, the greedy part pass."""
+    proc = _run(cpu_python, tmp_path / "proof", "--shapes", "8:16", "--skip-bench", "--sampled-samples", "300",
+                "--dry-run-fault", "sampled-greedy")  # fmt: skip
+    assert proc.returncode == 1, (proc.stdout + proc.stderr)[-5000:]
+    sampled_rows = [ln for ln in proc.stdout.splitlines() if ln.startswith(("| 0 |", "| 1 |"))]
+    assert len(sampled_rows) == 4 and all(ln.endswith("| FAIL |") for ln in sampled_rows), sampled_rows
+    assert "FAIL: 2/2 DDTree configurations identical" in proc.stdout
+    assert "sampled: 0/4 distribution checks pass" in proc.stdout
+
+
+@pytest.mark.sglang_cpu
 def test_a_plan_that_cannot_prove_is_refused_before_any_server(cpu_python, tmp_path):
-    proc = _run(cpu_python, tmp_path / "proof", "--shapes", "8:4", "--skip-bench", "--min-deep-accepts", "100000")
+    proc = _run(cpu_python, tmp_path / "proof", "--shapes", "8:4", "--skip-bench", "--skip-sampled",
+                "--min-deep-accepts", "100000")  # fmt: skip
     assert proc.returncode == 1, (proc.stdout + proc.stderr)[-3000:]
     assert "the plan cannot prove" in proc.stderr and "ddtree-b4-bs8-overlap" in proc.stderr
     assert "Planned duration of the servers" in proc.stdout  # the plan is printed ...
@@ -123,7 +152,9 @@ def test_environment_is_built_offline_from_the_lock_and_wheelhouse(tmp_path):
 
 def test_usage_errors_exit_2(tmp_path):
     for bad in (["--shapes", "8:x"], ["--prompts", "20", "--python", sys.executable], [],
-                ["--dry-run-fault", "concurrent-corruption"]):  # fmt: skip
+                ["--dry-run-fault", "concurrent-corruption"], ["--python", sys.executable, "--skip-sampled"],
+                ["--python", sys.executable, "--sampled-samples", "5000"],
+                ["--dry-run", "--sampled-samples", "10"]):  # fmt: skip
         proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path), *bad], capture_output=True,
                               text=True, timeout=60, check=False)  # fmt: skip
         assert proc.returncode == 2, (bad, proc.stderr)

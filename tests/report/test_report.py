@@ -257,11 +257,9 @@ def test_the_sandbox_mode_and_the_lossless_verdicts_are_shown(make_run: Callable
     (run / "plan.json").write_text(json.dumps(plan))
     summary = build_report(run)["summary_md"].read_text()
     assert "| coding sandbox | none (**UNISOLATED**, allowed by `--allow-unisolated`" in summary
-    assert (
-        "| ddtree-b8-t4-w2048-bs8 | T=0 (greedy), top_p=1 | pass | lossless | clean | 14/14 | none (UNISOLATED) |"
-        in summary
-    )
-    assert "| baseline | T=0 (greedy), top_p=1 | pass | reference | clean | 14/14 | none (UNISOLATED) |" in summary
+    row = "| ddtree-b8-t4-w2048-bs8 | T=0 (greedy), top_p=1 | pass | lossless | - | clean | 14/14 | none (UNISOLATED) |"
+    assert row in summary  # a result without a sampled gate: "-"
+    assert "| baseline | T=0 (greedy), top_p=1 | pass | reference | - | clean | 14/14 | none (UNISOLATED) |" in summary
     rows = {r["label"]: r for r in csv.DictReader(io.StringIO((run / "summary.csv").read_text()))}
     assert rows["ddtree-b8-t4-w2048-bs8"]["sandbox"] == "none"
     assert rows["ddtree-b16-t4-w2048-bs8"]["lossless_verdict"] == "diverged"

@@ -166,6 +166,23 @@ def test_models_tokenize_flush_and_not_found(ddtree_engine: Engine) -> None:
     assert status == 400
 
 
+def test_the_openai_clients_default_request_is_served_by_a_ddtree_server(ddtree_engine: Engine) -> None:
+    """What the OpenAI client sends when a caller passes only a model and messages: no temperature (sglang's 1.0),
+    no max_tokens. A DDTree server answers it with 200 and a sampled generation, and a seed reproduces one."""
+    c = client(ddtree_engine)
+    msgs = [{"role": "user", "content": "Describe a tree."}]
+    raw = c.chat.completions.with_raw_response.create(model=MODEL, messages=msgs)
+    assert raw.http_response.status_code == 200
+    r = raw.parse()
+    assert r.choices[0].finish_reason == "stop" and r.usage is not None and r.usage.completion_tokens > 100
+    assert r.choices[0].message.content and getattr(r.choices[0].message, "reasoning_content", None)
+    x, y = (c.chat.completions.create(model=MODEL, messages=msgs, max_tokens=40) for _ in range(2))
+    assert x.choices[0].message.model_dump() != y.choices[0].message.model_dump()  # sampled: two draws differ
+    a = c.chat.completions.create(model=MODEL, messages=msgs, max_tokens=30, temperature=0.8, seed=7)
+    b = c.chat.completions.create(model=MODEL, messages=msgs, max_tokens=30, temperature=0.8, seed=7)
+    assert a.choices[0].message.model_dump() == b.choices[0].message.model_dump()
+
+
 def test_sampling_seed_is_reproducible_over_http(dflash_engine: Engine) -> None:
     c = client(dflash_engine)
     msgs: Any = [{"role": "user", "content": "sample"}]

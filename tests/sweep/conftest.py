@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from repro_py.endpoint import Endpoint
+from repro_py.gates import GATE_NAMES
 from repro_py.sweep import plan as planmod
 from repro_py.sweep.benchplan import BenchPlan
 from repro_py.sweep.failures import FAILED_TO_START
@@ -37,54 +38,64 @@ def make_plan(
     tmp_path: Path,
     default: dict[str, object] | None = None,
     simulated: bool = True,
+    lossless_mode: str = "separate",
+    hostvars: Mapping[str, Any] | None = None,
 ) -> planmod.Plan:
-    hostvars: dict[str, Any] = {}
+    allvars: dict[str, Any] = dict(hostvars or {})
     if default is not None:
-        hostvars["sweep_default_config"] = default
+        allvars["sweep_default_config"] = default
     return planmod.make_plan(
-        make_target(simulated=simulated, hostvars=hostvars),
+        make_target(simulated=simulated, hostvars=allvars),
         raws,
         grid_source="test",
         bench=BenchPlan(contexts=(60, 1024), concurrency=(1, 8), repeats=1, max_tokens=16),
         results_root=tmp_path / "results",
+        lossless_mode=lossless_mode,
     )
 
 
 class FakeReconfigurer:
-    """Records calls; ``fail`` maps a label to a failure reason; ``hook`` runs on each call."""
+    """Records calls; ``fail`` maps a label to a failure reason (``fail_deterministic``: only for a restart with
+    deterministic inference); ``hook`` runs on each call."""
 
     def __init__(
         self,
         *,
         fail: Mapping[str, str] | None = None,
+        fail_deterministic: Mapping[str, str] | None = None,
         hook: Callable[[PlannedConfig, int], None] | None = None,
     ) -> None:
         self.fail = dict(fail or {})
+        self.fail_deterministic = dict(fail_deterministic or {})
         self.hook = hook
         self.calls: list[str] = []
         self.restores: list[bool] = []
+        self.deterministic: list[bool] = []  # per call: whether deterministic inference was asked for
         self.closed = False
         self.journal_invocations: list[str | None] = []
         self.log: dict[str, list[str]] = {}  # label -> the lines its server logged (the log scan's input)
         self.current: str | None = None
 
     def reconfigure(
-        self, cfg: PlannedConfig, private_dir: Path, cancel: threading.Event, *, restore: bool = False
+        self, cfg: PlannedConfig, private_dir: Path, cancel: threading.Event, *, restore: bool = False,
+        deterministic: bool = False,
     ) -> ReconfigureOutcome:
         self.calls.append(cfg.label)
         self.current = cfg.label
         self.restores.append(restore)
+        self.deterministic.append(deterministic)
         private_dir.mkdir(parents=True, exist_ok=True)
         (private_dir / "called").write_text(cfg.label, encoding="utf-8")
         if self.hook is not None:
             self.hook(cfg, len(self.calls))
-        if cfg.label in self.fail:
+        failing = {**self.fail, **(self.fail_deterministic if deterministic else {})}
+        if cfg.label in failing:
             return ReconfigureOutcome(
                 ok=False,
                 status="failed",
                 wall_s=0.01,
                 failure_class=FAILED_TO_START,
-                reason=self.fail[cfg.label],
+                reason=failing[cfg.label],
                 journal=["engine: CUDA out of memory", "engine: exiting"],
                 unit_sha256="u" * 64,
             )
@@ -154,6 +165,8 @@ class FakeMeasure:
         self.bench_fail = set(bench_fail or ())
         self.gate_fail = set(gate_fail or ())
         self.current: str | None = None
+        self.benched: list[str] = []
+        self.gated: list[tuple[str, tuple[str, ...]]] = []  # (label, the gates asked for)
         self.references: list[tuple[str, Any]] = []
         self.dead = False
         self.lossless_reference_from_anyone = False
@@ -164,22 +177,28 @@ class FakeMeasure:
 
     async def bench(self, endpoint: Endpoint, cfg: PlannedConfig, bench: BenchPlan) -> dict[str, Any]:
         self.current = cfg.label
+        self.benched.append(cfg.label)
         if cfg.label in self.bench_fail:
             self.dead = True
             raise ConnectionResetError("Connection reset by peer")
         return bench_result(self.tps.get(cfg.label, 100.0))
 
     async def gates(
-        self, endpoint: Endpoint, cfg: PlannedConfig, reference: Mapping[str, Any] | None
+        self, endpoint: Endpoint, cfg: PlannedConfig, reference: Mapping[str, Any] | None, *,
+        which: Collection[str] = GATE_NAMES,
     ) -> dict[str, Any]:
-        self.references.append((cfg.label, None if reference is None else reference.get("source")))
+        self.gated.append((cfg.label, tuple(sorted(which))))
         bad = cfg.label in self.gate_fail
-        out: dict[str, Any] = {
+        every: dict[str, Any] = {
             "coding": {"passed": not bad, "reason": "1/5 passed, below the required 80%" if bad else None},
             "lossless": {"passed": not bad, "reason": "6 of 6 prompts diverge; first at token 3" if bad else None},
             "config_echo": {"passed": True, "reason": None},
-            "passed": not bad,
         }
+        out: dict[str, Any] = {name: body for name, body in every.items() if name in which}
+        out["passed"] = all(body["passed"] for body in out.values())
+        if "lossless" not in which:
+            return out
+        self.references.append((cfg.label, None if reference is None else reference.get("source")))
         baseline = cfg.spec.algorithm == "none" or self.lossless_reference_from_anyone
         if reference is None and not bad and baseline:  # only the baseline makes one
             out["lossless_reference"] = {"source": cfg.label, "outputs": {"p": [1, 2, 3]}}

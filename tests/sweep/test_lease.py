@@ -12,6 +12,7 @@ import pytest
 
 from repro_py.exitcodes import ExitCode
 from repro_py.sweep import cli
+from repro_py.sweep.extravars import DETERMINISTIC_VAR
 from tests.sweep.conftest import FakeMeasure
 from tests.sweep.test_cli import write_inventory
 
@@ -78,13 +79,17 @@ def _check_one_lease_around_every_play(plays: list[tuple[str, dict[str, Any]]], 
 def test_one_lease_for_the_whole_sweep_given_back_at_the_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     runner = FakeRunner()
     assert _sweep(tmp_path, monkeypatch, runner, FakeMeasure()) == ExitCode.OK
-    _check_one_lease_around_every_play(runner.plays, reconfigures=3)  # two configs and the restore
+    # two configs, each restarted twice (production, then its lossless gate's own), and the restore
+    _check_one_lease_around_every_play(runner.plays, reconfigures=5)
+    # only the lossless gate's plays carry deterministic inference; production and the restore leave the inventory's
+    carried = [extravars.get(DETERMINISTIC_VAR) for name, extravars in runner.plays if name == "reconfigure.yml"]
+    assert carried == [None, True, None, True, None]
 
 
 def test_the_lease_is_given_back_on_ctrl_c(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     runner = FakeRunner()
     assert _sweep(tmp_path, monkeypatch, runner, InterruptingMeasure()) == ExitCode.INTERRUPTED
-    _check_one_lease_around_every_play(runner.plays, reconfigures=2)
+    _check_one_lease_around_every_play(runner.plays, reconfigures=3)  # the baseline's two, the config's production
 
 
 def test_a_leased_host_is_refused_before_any_restart(

@@ -12,6 +12,7 @@ from repro_py.sweep.errors import PlanError
 from repro_py.sweep.estimate import estimate, estimate_basis, format_duration
 from repro_py.sweep.grid import expand_grid, grid_from_target, load_grid_file, validate_config
 from repro_py.sweep.inventory import load_target
+from repro_py.sweep.lossless_restart import SHARED, LosslessRestart
 from repro_py.sweep.result_schema import new_result
 from tests.sweep.conftest import make_plan, make_target
 
@@ -142,8 +143,13 @@ def test_estimate_from_inventory_and_history(tmp_path: Path) -> None:
     target = make_target(hostvars={"sweep_load_time_s": 400, "sweep_cell_time_s": 30, "sweep_gates_time_s": 60})
     cfgs = [validate_config({"budget": 8, "topk": 4}, simulated=True)]
     est = estimate(target, cfgs, bench, tmp_path)
-    assert est["per_config_s"] == 400 + 2 * 30 + 60
+    assert est["per_config_s"] == 2 * 400 + 2 * 30 + 60  # two restarts: the lossless gate has its own
     assert est["total_s"] == est["per_config_s"] + 400  # plus the restore
+    assert est["restarts"] == 2 + 1
+    shared = estimate(target, cfgs, bench, tmp_path, lossless=LosslessRestart(SHARED))
+    assert shared["per_config_s"] == 400 + 2 * 30 + 60 and shared["restarts"] == 1 + 1
+    deployed = estimate(target, cfgs, bench, tmp_path, lossless=LosslessRestart(inventory_deterministic=True))
+    assert deployed["per_config_s"] == shared["per_config_s"]  # the production restart serves the gate too
     # history: earlier runs on the same host give the load time
     doc = _earlier_result(
         reconfigure={"time_to_ready_s": 123.0},

@@ -90,9 +90,16 @@ async def test_every_config_gets_a_result_with_a_classified_reason(tmp_path: Pat
     ref = json.loads(run_dir.lossless_reference.read_text())
     assert ref["label"] == "baseline"
 
-    # the default config was restored at the end
+    # every config that reached its gates twice: its production restart, then its lossless gate's own
+    # (deterministic inference); one that did not start or whose benchmark failed costs no gate restart
+    twice = {c.label for c in plan.configs} - {"ddtree-b32-t8-w2048-bs8", "ddtree-b16-t4-w2048-bs8"}
+    assert rec.calls[:-1] == [x for c in plan.configs for x in [c.label] * (2 if c.label in twice else 1)]
+    assert rec.deterministic == [d for c in plan.configs for d in ([False, True] if c.label in twice else [False])] + [
+        False
+    ]
+    # the default config was restored at the end, as the inventory deploys it
     assert rec.calls[-1] == "ddtree-b8-t4-w2048-bs8"
-    assert rec.restores == [False] * len(plan.configs) + [True]
+    assert rec.restores == [False] * (len(plan.configs) + len(twice)) + [True]
     assert (run_dir.runner_dir("restore-default") / "called").is_file()
     assert run_dir.read_state()["status"] == "complete"
     assert run_dir.read_state()["restore"]["status"] == "ok"
@@ -104,21 +111,33 @@ async def test_no_restore(tmp_path: Path) -> None:
     run_dir = state.RunDir(tmp_path / "results" / "r1")
     rec = FakeReconfigurer()
     outcome = await _runner(plan, run_dir, rec, FakeMeasure(), restore=False).run()
-    assert len(rec.calls) == 2
+    assert len(rec.calls) == 2 * 2  # each config: its production restart, then its lossless gate's own
     assert outcome.restore == {"status": "skipped", "reason": "--no-restore"}
 
 
-async def test_without_a_baseline_no_config_becomes_the_reference(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["shared", "separate"])
+async def test_without_a_baseline_no_config_becomes_the_reference(tmp_path: Path, mode: str) -> None:
     """The old loop made the first passing config the reference and compared the others with it: a
-    speculative config judged by another one. Only the baseline's outputs are a reference."""
+    speculative config judged by another one. Only the baseline's outputs are a reference. With the lossless
+    gate in its own restart, a config without a reference to compare with is not restarted for it."""
     grid = [g for g in GRID if g.get("algorithm") != "none"]
-    plan = make_plan(grid, tmp_path=tmp_path)
+    plan = make_plan(grid, tmp_path=tmp_path, lossless_mode=mode)
     run_dir = state.RunDir(tmp_path / "results" / "r1")
     measure = FakeMeasure()
     measure.lossless_reference_from_anyone = True  # even a measure that offers one: the loop keeps none
-    await _runner(plan, run_dir, FakeReconfigurer(), measure).run()
-    assert measure.references and all(src is None for _, src in measure.references)
+    rec = FakeReconfigurer()
+    await _runner(plan, run_dir, rec, measure, restore=False).run()
+    assert all(src is None for _, src in measure.references)
     assert not run_dir.lossless_reference.exists()
+    if mode == "shared":
+        assert len(measure.references) == len(grid) and rec.deterministic == [True] * len(grid)
+    else:  # no gate restart: it could judge nothing
+        assert measure.references == [] and rec.deterministic == [False] * len(grid)
+        for doc in run_dir.results():
+            lossless = doc["gates"]["lossless"]
+            assert (lossless["verdict"], lossless["restart"]) == ("no_baseline", "none")
+            assert "no baseline reference to compare with" in doc["failure"]["reason"]
+            assert "its restart with deterministic inference was not made" in lossless["reason"]
 
 
 async def test_the_server_log_fails_a_config_whose_outputs_matched(tmp_path: Path) -> None:
@@ -134,10 +153,11 @@ async def test_the_server_log_fails_a_config_whose_outputs_matched(tmp_path: Pat
     assert "KV-window invariant failing" in doc["failure"]["reason"]
     assert doc["gates"]["lossless"]["server_log"]["scanned"] is True
     base = json.loads(run_dir.result(plan.configs[0].label).read_text())
-    assert base["gates"]["lossless"]["server_log"] == {
-        "scanned": True, "source": "journal of invocation inv-1", "lines": 0, "invariant": [], "tracebacks": [],
+    assert base["gates"]["lossless"]["server_log"] == {  # its lossless gate's own restart (inv-1: its production)
+        "scanned": True, "source": "journal of invocation inv-2", "lines": 0, "invariant": [], "tracebacks": [],
         "passed": True, "reason": None,
     }
+    assert base["lossless_reconfigure"]["invocation_id"] == "inv-2" and base["reconfigure"]["invocation_id"] == "inv-1"
 
 
 async def test_interrupt_then_resume_does_not_repeat_finished_configs(tmp_path: Path) -> None:
@@ -146,7 +166,7 @@ async def test_interrupt_then_resume_does_not_repeat_finished_configs(tmp_path: 
     holder: dict[str, SweepRunner] = {}
 
     def interrupt_on_third(cfg: PlannedConfig, n: int) -> None:
-        if n == 3:  # Ctrl-C while the third config restarts
+        if n == 5:  # Ctrl-C while the third config restarts (two restarts per config)
             loop = holder["runner"].loop
             assert loop is not None
             loop.call_soon_threadsafe(holder["runner"]._on_sigint)
@@ -157,7 +177,7 @@ async def test_interrupt_then_resume_does_not_repeat_finished_configs(tmp_path: 
     outcome = await runner.run()
     assert outcome.interrupted
     done = set(_results(run_dir))
-    assert len(done) == 2 and done == set(rec.calls[:2])
+    assert len(done) == 2 and done == set(rec.calls[:4])
     assert run_dir.read_state()["status"] == "interrupted"
     assert state.latest_resumable(tmp_path / "results") == run_dir.path
 
@@ -166,7 +186,7 @@ async def test_interrupt_then_resume_does_not_repeat_finished_configs(tmp_path: 
     assert not outcome2.interrupted
     assert set(outcome2.skipped) == done
     assert set(rec2.calls).isdisjoint(done)
-    assert len(rec2.calls) == len(GRID) - 2
+    assert len(rec2.calls) == 2 * (len(GRID) - 2)
     assert set(_results(run_dir)) == {c.label for c in plan.configs}
     assert run_dir.read_state()["status"] == "complete"
     assert state.latest_resumable(tmp_path / "results") is None
@@ -185,11 +205,14 @@ async def test_resume_reruns_changed_fingerprints_and_optionally_failed(tmp_path
 
     rec = FakeReconfigurer()
     await _runner(plan, run_dir, rec, FakeMeasure()).run()
-    assert rec.calls == [label]  # the failed baseline is a finished result; not rerun by default
+    # the failed baseline is a finished result, not rerun by default; it made no reference, so no gate restart
+    assert rec.calls == [label] and rec.deterministic == [False]
 
     rec = FakeReconfigurer()
     await _runner(plan, run_dir, rec, FakeMeasure(), retry_failed=True).run()
-    assert rec.calls == ["baseline"]
+    # every failed config again: the baseline, and the two that had no reference to be judged against
+    assert rec.calls == [x for c in plan.configs for x in (c.label, c.label)]
+    assert all(d["status"] == "ok" for d in run_dir.results())
     decision = state.decide(run_dir, label, {"host": "other"})
     assert decision.run and "host" in decision.reason
 
@@ -220,7 +243,7 @@ async def test_ctrl_c_during_the_restore_leaves_a_resumable_run_that_restores_ag
     holder: dict[str, SweepRunner] = {}
 
     def interrupt_restore(cfg: PlannedConfig, n: int) -> None:
-        if n == 3:  # the two configs, then the restore
+        if n == 5:  # the two configs (two restarts each), then the restore
             loop = holder["runner"].loop
             assert loop is not None
             loop.call_soon_threadsafe(holder["runner"]._on_sigint)
@@ -245,10 +268,10 @@ class _SkippingMeasure(FakeMeasure):
         super().__init__()
         self.gate = gate
 
-    async def gates(self, endpoint: Any, cfg: PlannedConfig, reference: Any) -> dict[str, Any]:
+    async def gates(self, endpoint: Any, cfg: PlannedConfig, reference: Any, **kwargs: Any) -> dict[str, Any]:
         if cfg.label not in self.gate:
             return {"skipped": True, "passed": False, "reason": "not gated: dropped at the screen"}
-        return await super().gates(endpoint, cfg, reference)
+        return await super().gates(endpoint, cfg, reference, **kwargs)
 
 
 async def test_a_config_the_measure_does_not_gate_is_ok_but_never_a_winner(tmp_path: Path) -> None:

@@ -59,6 +59,7 @@ def make_loop(
     ladder: tuple[Rung, ...] | None = None,
     default: Mapping[str, object] | None = DEFAULT,
     run: str = "run",
+    lossless_mode: str = "separate",
 ) -> TuneLoop:
     hostvars: dict[str, Any] = {"tune_space": dict(space)}
     if default is not None:
@@ -71,7 +72,8 @@ def make_loop(
         slos=tuple(parse_slo(s) for s in slos),
         all_objectives=make_objectives(list(OBJECTIVE_NAMES)),
     )
-    plan = make_plan(target, list(space_obj.raws), grid_source="test", bench=BenchPlan(), results_root=tmp_path)
+    plan = make_plan(target, list(space_obj.raws), grid_source="test", bench=BenchPlan(), results_root=tmp_path,
+                     lossless_mode=lossless_mode)  # fmt: skip
     search = Search(space_obj, settings, NoiseModel(), default=plan.default_config)
     run_dir = RunDir(tmp_path / "results" / run)
     run_dir.path.mkdir(parents=True, exist_ok=True)

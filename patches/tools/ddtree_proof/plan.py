@@ -10,9 +10,11 @@ retracts requests, the KV page invariant checker on every busy step
 
 Expected accepts come from ``draft_sim`` over the target's greedy streams
 (computed on CPU before any server starts). The duration is planned from
-the workload and two stated assumptions (``STARTUP_S``, ``ITERATION_S``: not
-measured here, no GPU was available to this work; the GPU run prints its
-measured times next to them) and must fit ``TIME_LIMIT_S``.
+the workload and stated assumptions (``STARTUP_S``, ``ITERATION_S``,
+``REQUEST_S``: not measured here, no GPU was available to this work; the GPU
+run prints its measured times next to them) and must fit ``TIME_LIMIT_S``.
+The sampled part (sampled.py) adds two servers whose plan counts its requests
+in waves of ``sampled.MAX_RUNNING``.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ NEAR_END_PROMPT = CONTEXT_LEN - 2 - MAX_NEW_TOKENS  # prompt + new tokens reach 
 # Planning assumptions (a GPU run prints the measured times beside them).
 STARTUP_S = 120.0  # process start, weights, CUDA graph capture, Triton compile of a tiny model
 ITERATION_S = 0.060  # one scheduler iteration (a decode step or a prefill chunk) of a tiny model
+REQUEST_S = 0.001  # per request of the sampled part: HTTP, scheduling, detokenization (batched calls)
 TIME_LIMIT_S = 480.0  # the whole proof, servers included, on one GPU
 SERVER_ENV = {
     "SGLANG_CHECK_KV_PAGE_INVARIANTS": "1",
@@ -40,6 +43,8 @@ SERVER_ENV = {
     "SGLANG_TEST_RETRACT": "1",
     "SGLANG_TEST_RETRACT_INTERVAL": str(RETRACT_INTERVAL),
 }
+# The sampled part's servers: the invariant checks, no forced retraction (waves of many short requests).
+SAMPLED_SERVER_ENV = {k: v for k, v in SERVER_ENV.items() if not k.startswith("SGLANG_TEST_RETRACT")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +53,7 @@ class Config:
     block: int | None  # None: the baseline (no speculative decoding)
     budget: int | None
     overlap: bool
+    sampled: bool = False  # the sampled part: the softened target, sampled requests
 
 
 def configs(shapes: list[tuple[int, int]]) -> tuple[Config, list[Config]]:
@@ -58,6 +64,12 @@ def configs(shapes: list[tuple[int, int]]) -> tuple[Config, list[Config]]:
         for overlap in (True, False)
     ]
     return base, tree
+
+
+def sampled_configs(block: int, budget: int) -> list[Config]:
+    """The sampled part: the baseline and DDTree under sglang's default (overlap) scheduler."""
+    return [Config("baseline-sampled", None, None, True, sampled=True),
+            Config(f"ddtree-b{budget}-bs{block}-sampled", block, budget, True, sampled=True)]  # fmt: skip
 
 
 def make_prompts(n: int, vocab: list[int], *, seed: int = 3, near_end: int = 4) -> list[list[int]]:
@@ -84,10 +96,11 @@ class ServerPlan:
     decode_iterations: int
     expected_deep_accepts: int | None = None  # None for the baseline
     expected_accepts_by_depth: dict[int, int] | None = None
+    requests: int = 0  # the sampled part's requests (REQUEST_S each)
 
     @property
     def seconds(self) -> float:
-        return STARTUP_S + (self.prefill_iterations + self.decode_iterations) * ITERATION_S
+        return STARTUP_S + (self.prefill_iterations + self.decode_iterations) * ITERATION_S + self.requests * REQUEST_S
 
 
 def server_plan(cfg: Config, prompts: list[list[int]], verify_steps_per_prompt: list[int]) -> ServerPlan:
@@ -98,6 +111,13 @@ def server_plan(cfg: Config, prompts: list[list[int]], verify_steps_per_prompt: 
     forwards = chunks + decode
     refills = (forwards // RETRACT_INTERVAL) * math.ceil((CONTEXT_LEN // 2) / CHUNKED_PREFILL)
     return ServerPlan(cfg, chunks + refills, decode)
+
+
+def sampled_plan(cfg: Config, requests: int, new_tokens: int, max_running: int) -> ServerPlan:
+    """A sampled-part server: waves of max_running requests, each wave one prefill iteration
+    (the prompts are short and shared) and new_tokens - 1 decode steps at most."""
+    waves = math.ceil(requests / max_running)
+    return ServerPlan(cfg, waves, waves * max(new_tokens - 1, 1), requests=requests)
 
 
 def with_expectation(plan: ServerPlan, per_prompt: list) -> ServerPlan:
@@ -135,8 +155,9 @@ def schedule_seconds(plans: list[ServerPlan], parallel: int) -> float:
 
 def table(plans: list[ServerPlan], total: float, parallel: int) -> str:
     lines = [
-        f"Plan (assumes {STARTUP_S:.0f} s per server start and {ITERATION_S * 1000:.0f} ms per scheduler "
-        f"iteration; {parallel} servers at a time; limit {TIME_LIMIT_S:.0f} s):",
+        f"Plan (assumes {STARTUP_S:.0f} s per server start, {ITERATION_S * 1000:.0f} ms per scheduler "
+        f"iteration and {REQUEST_S * 1000:.0f} ms per sampled request; {parallel} servers at a time; limit "
+        f"{TIME_LIMIT_S:.0f} s):",
         "| config | prefill iterations | decode iterations | planned s | expected accepts by depth | "
         "expected accepts of depth >= 2 |",
         "|---|---:|---:|---:|---|---:|",

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from . import plan as P
+from . import sampled as SAMPLED
 from .plan import Config
 
 STANDIN = Path(__file__).resolve().parent / "standin_server.py"
@@ -31,15 +32,27 @@ TOPK_CAP = 4
 def server_argv(cfg: Config, paths: dict[str, Path], *, port: int, dtype: str, mem_fraction: float,
                 deterministic: bool) -> list[str]:  # fmt: skip
     """The exact sglang command line (after ``python -m sglang.launch_server``): chunked
-    prefill, a KV pool small enough to retract, the context the near-end prompts reach."""
-    argv = [
-        "--model-path", str(paths["target"]), "--tokenizer-path", str(paths["tokenizer"]),
-        "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype, "--attention-backend", "triton",
-        "--page-size", "1", "--max-running-requests", str(P.MAX_RUNNING),
-        "--cuda-graph-max-bs-decode", str(P.MAX_RUNNING), "--mem-fraction-static", str(mem_fraction),
-        "--max-total-tokens", str(P.MAX_TOTAL_TOKENS), "--chunked-prefill-size", str(P.CHUNKED_PREFILL),
-        "--context-length", str(P.CONTEXT_LEN), "--log-level", "info",
-    ]  # fmt: skip
+    prefill, a KV pool small enough to retract, the context the near-end prompts reach.
+    The sampled part's servers serve the softened target, up to sampled.MAX_RUNNING requests at
+    once, without deterministic inference (its seeded coins would repeat one sample)."""
+    if cfg.sampled:
+        argv = [
+            "--model-path", str(paths["target-sampled"]), "--tokenizer-path", str(paths["tokenizer"]),
+            "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype, "--attention-backend", "triton",
+            "--page-size", "1", "--max-running-requests", str(SAMPLED.MAX_RUNNING),
+            "--cuda-graph-max-bs-decode", str(SAMPLED.MAX_RUNNING), "--mem-fraction-static", str(mem_fraction),
+            "--context-length", str(P.CONTEXT_LEN), "--log-level", "info",
+        ]  # fmt: skip
+        deterministic = False
+    else:
+        argv = [
+            "--model-path", str(paths["target"]), "--tokenizer-path", str(paths["tokenizer"]),
+            "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype, "--attention-backend", "triton",
+            "--page-size", "1", "--max-running-requests", str(P.MAX_RUNNING),
+            "--cuda-graph-max-bs-decode", str(P.MAX_RUNNING), "--mem-fraction-static", str(mem_fraction),
+            "--max-total-tokens", str(P.MAX_TOTAL_TOKENS), "--chunked-prefill-size", str(P.CHUNKED_PREFILL),
+            "--context-length", str(P.CONTEXT_LEN), "--log-level", "info",
+        ]  # fmt: skip
     if deterministic:
         argv.append("--enable-deterministic-inference")
     if not cfg.overlap:
@@ -111,7 +124,7 @@ def launch(cfg: Config, argv: list[str], *, python: str, out: Path, tree: Path |
             if fault:
                 cmd += ["--fault", fault]
     else:
-        env.update(P.SERVER_ENV)
+        env.update(P.SAMPLED_SERVER_ENV if cfg.sampled else P.SERVER_ENV)
         cmd = [python, "-m", "sglang.launch_server", *argv]
     log_path = out / f"{cfg.label}.log"
     log = log_path.open("wb")

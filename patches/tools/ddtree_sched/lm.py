@@ -23,6 +23,7 @@ the write-back of accepted paths are exercised.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import random
 from typing import Any
 
@@ -39,6 +40,57 @@ def next_token(context: list[int]) -> int:
     h = (a * 1000003) ^ (b * 10007) ^ (c * 101) ^ (len(context) * 7919)
     h = (h ^ (h >> 7)) * 2654435761 % (1 << 32)
     return h % (VOCAB - 1)
+
+
+_M32 = 1 << 32
+_TABLE_ROWS = 4093  # a prime: context hashes spread over the rows
+
+
+@functools.lru_cache(maxsize=1)
+def _uniform_table() -> Any:
+    """Fixed uniforms in [0, 1), one row per context hash class (seeded: the same every run)."""
+    import torch
+
+    return torch.rand((_TABLE_ROWS, VOCAB), generator=torch.Generator().manual_seed(48_271))
+
+
+def target_logits_torch(a: Any, b: Any, c: Any, length: Any) -> Any:
+    """The toy target's logits over the vocabulary, vectorised: int64 tensors of
+    the last three tokens and the length of each context -> float32 [n, VOCAB].
+
+    Its argmax is ``next_token`` (the greedy token gets 2.5; a few "plausible"
+    tokens, chosen by the context's hash, get up to 2.0; the rest -6..-3; the
+    mask token -30), so the greedy checks of the replay hold, and sampling has
+    a few likely tokens per step: at temperature 1 the greedy token has about
+    half the mass, and top_p 0.9 keeps about four tokens.
+    """
+    import torch
+
+    h = (a * 1000003) ^ (b * 10007) ^ (c * 101) ^ (length * 7919)
+    h = (h ^ (h >> 7)) * 2654435761 % _M32
+    greedy = h % (VOCAB - 1)
+    r = _uniform_table().to(h.device)[h % _TABLE_ROWS]
+    plausible = r < 0.08
+    logits = torch.where(plausible, 2.0 * (1.0 - r / 0.08), -3.0 - 3.0 * r)
+    logits[torch.arange(h.shape[0], device=h.device), greedy] = 2.5
+    logits[:, MASK_TOKEN] = -30.0
+    return logits
+
+
+def context_keys(context: list[int]) -> tuple[int, int, int, int]:
+    """(last token, the one before, the one before that, length), as next_token reads them."""
+    a = context[-1] if context else 0
+    b = context[-2] if len(context) > 1 else 7
+    c = context[-3] if len(context) > 2 else 11
+    return a, b, c, len(context)
+
+
+def target_logits(context: list[int]) -> Any:
+    """The toy target's logits after ``context`` (float32 [VOCAB]); argmax == next_token."""
+    import torch
+
+    keys = [torch.tensor([k], dtype=torch.int64) for k in context_keys(context)]
+    return target_logits_torch(*keys)[0]
 
 
 def greedy_continuation(context: list[int], n: int) -> list[int]:

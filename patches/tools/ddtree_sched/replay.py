@@ -6,8 +6,11 @@ patched sglang (overlap scheduling on, SGLang's default, or
 patched ``DFlashWorkerV2`` (``scheduler``, ``worker``), sends it requests and
 runs its event loop until every request has finished. Then it checks:
 
-- every request's output equals the target's greedy continuation of its
-  prompt (``lm.greedy_continuation``, computed independently);
+- every greedy request's output equals the target's greedy continuation of
+  its prompt (``lm.greedy_continuation``, computed independently); every
+  sampled request's tokens after the first (the stand-in prefill's is greedy)
+  lie in the support of the target's distribution after its prefix
+  (temperature and top_p, SGLang's plain sampler's filter);
 - no KV read found another request's KV, an unwritten slot or a wrong
   position (target and draft caches), no tree node saw a wrong mask;
 - every decode step's window ``req_to_token[row, P : P + max(B, D)]`` lies
@@ -51,6 +54,9 @@ class Case:
     agree: float = 0.85  # drafter: the target's token ranks first with this probability per depth
     retract_every: int = 0  # SGLang's TEST_RETRACT hook: retract every N forwards (0: off)
     seed: int = 0
+    sampled: float = 0.0  # share of requests sent with temperature / top_p (the rest greedy)
+    temperature: float = 1.0
+    top_p: float = 0.9
 
     @property
     def window(self) -> int:
@@ -84,7 +90,11 @@ class Outcome:
     rows_reused: int = 0
     near_context_end: int = 0
     finished: int = 0
-    outputs_equal_reference: int = 0
+    outputs_equal_reference: int = 0  # greedy requests equal to the target's greedy continuation
+    sampled_requests: int = 0
+    sampled_in_support: int = 0  # sampled requests whose every token the target could sample
+    sampled_off_greedy: int = 0  # sampled tokens that differ from the greedy continuation
+    sampled_decode_steps: int = 0  # decode steps whose batch was not all greedy
     output_mismatch: str | None = None
     overruns: int = 0
     foreign_slots: int = 0
@@ -105,7 +115,7 @@ class Outcome:
         return (
             len(self.reqs) > 0
             and self.finished == len(self.reqs)
-            and self.outputs_equal_reference == self.finished
+            and self.outputs_equal_reference + self.sampled_in_support == self.finished
             and self.overruns == self.foreign_slots == self.unowned_slots == 0
             and self.kv.total == 0
             and self.leaked_slots == 0
@@ -135,6 +145,8 @@ class _Windows:
         out.decode_steps += 1
         if batch.seq_lens_cpu is None:
             out.decode_steps_without_host_lens += 1
+        if batch.sampling_info is not None and not batch.sampling_info.is_all_greedy:
+            out.sampled_decode_steps += 1
         for req, p in zip(batch.reqs, prefix, strict=True):
             out.request_steps += 1
             over = p + width - req.kv.kv_allocated_len
@@ -173,7 +185,10 @@ def _workload(case: Case, rng: random.Random, max_req_len: int) -> list[tuple[in
         prompts.append(prompt)
         room = max_req_len - 1 - len(prompt)
         max_new = room if rng.random() < 0.25 else rng.randint(1, max(1, min(room, 48)))
-        out.append((i * 2 + rng.randint(0, 3), SCH.request(f"req{i}", prompt, max_new)))
+        sampling = {}
+        if case.sampled and rng.random() < case.sampled:  # no draw for all-greedy workloads: they stay as they were
+            sampling = {"temperature": case.temperature, "top_p": case.top_p}
+        out.append((i * 2 + rng.randint(0, 3), SCH.request(f"req{i}", prompt, max_new, **sampling)))
     return sorted(out, key=lambda t: t[0])
 
 
@@ -287,6 +302,32 @@ def _observe(out: Outcome, batch: Any, result: Any, *, rows_used: set[int], firs
             out.accepts_by_depth[int(commit) - 1] = out.accepts_by_depth.get(int(commit) - 1, 0) + 1
 
 
+def _sampled_check(req: Any) -> tuple[int, str | None]:
+    """(tokens that differ from the greedy continuation, the first token the target could
+    not have sampled after its prefix, or None). The first output token comes from the
+    stand-in prefill, which decodes greedily; the rest from DDTree decode steps."""
+    import torch
+    from sglang.srt.layers.sampler import top_k_top_p_min_p_sampling_from_probs_torch
+
+    seq, outputs = list(req.origin_input_ids), list(req.output_ids)
+    sp = req.sampling_params
+    off, outside = 0, None
+    for j, tok in enumerate(outputs):
+        logits = lm.target_logits(seq)
+        if j > 0:
+            probs = torch.softmax(logits / sp.temperature, dim=-1)[None]
+            _ids, kept, order, _w = top_k_top_p_min_p_sampling_from_probs_torch(
+                probs, torch.tensor([sp.top_k]), torch.tensor([sp.top_p]), torch.tensor([sp.min_p]),
+                sp.min_p > 0, None, torch.zeros(1, dtype=torch.int64), return_filtered_probs=True,
+            )  # fmt: skip
+            support = set(order[0][kept[0] > 0].tolist())
+            off += int(tok != int(logits.argmax()))
+            if tok not in support and outside is None:
+                outside = f"token {j} ({tok}) outside the target's support {sorted(support)} after its prefix"
+        seq.append(tok)
+    return off, outside
+
+
 def _settle(out: Outcome, s: Any, r: W.Runners, *, cache: Any, allocator: Any, case: Case) -> None:
     out.kv_moves = r.pool.moved_rows
     out.accepts_by_depth = dict(sorted(out.accepts_by_depth.items()))
@@ -296,7 +337,17 @@ def _settle(out: Outcome, s: Any, r: W.Runners, *, cache: Any, allocator: Any, c
         out.prefix_hit_tokens += int(getattr(req, "cached_tokens", 0) or 0)
         out.near_context_end += int(len(req.origin_input_ids) + len(req.output_ids) >= s.max_req_len - 1)
         ref = lm.greedy_continuation(list(req.origin_input_ids), len(req.output_ids))
-        if list(req.output_ids) == ref and len(req.output_ids) >= req.sampling_params.max_new_tokens:
+        complete = len(req.output_ids) >= req.sampling_params.max_new_tokens
+        if req.sampling_params.top_k != 1:
+            out.sampled_requests += 1
+            off, outside = _sampled_check(req)
+            out.sampled_off_greedy += off
+            if outside is None and complete:
+                out.sampled_in_support += 1
+            elif out.output_mismatch is None:
+                out.output_mismatch = f"{req.rid} (sampled): {outside or 'incomplete'}"
+            continue
+        if list(req.output_ids) == ref and complete:
             out.outputs_equal_reference += 1
         elif out.output_mismatch is None:
             out.output_mismatch = (

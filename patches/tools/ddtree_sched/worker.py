@@ -80,8 +80,11 @@ class Runners:
         self.live: Any = lambda: []  # the requests that hold a req_to_token row
         self._sequences: dict[str, list[int]] = {}
 
-    def sequence(self, req: Any, n: int) -> list[int]:
-        """The request's first n tokens as the target decodes them greedily."""
+    def sequence(self, req: Any, n: int) -> list[int] | None:
+        """The request's first n tokens as the target decodes them greedily; None for a
+        sampled request (its tokens are drawn: KV reads are checked for positions only)."""
+        if req.sampling_params.top_k != 1:
+            return None
         seq = self._sequences.setdefault(req.rid, list(req.origin_input_ids))
         if len(seq) < n:
             seq.extend(lm.greedy_continuation(seq, n - len(seq)))
@@ -174,7 +177,7 @@ class TargetWorker(_Strict):
                 r.req_to_token_pool.req_to_token[row, :pre], r.errors, "target", where, expected
             )
             ext_tokens = tokens[off : off + ext]
-            if ext_tokens != expected[pre:]:
+            if expected is not None and ext_tokens != expected[pre:]:
                 r.errors.note("target_wrong_token", f"{where}: extends with tokens that are not the request's")
             pos = torch.arange(pre, pre + ext, dtype=torch.int64)
             r.pool.store.write(slots[off : off + ext], torch.tensor(ext_tokens), pos)
@@ -214,7 +217,7 @@ class TargetWorker(_Strict):
         ids = fb.input_ids.tolist()
         positions = fb.positions.tolist()
         rows = fb.req_pool_indices.tolist()
-        predict, hidden = [], []
+        keys, hidden = [], []
         if r.on_window is not None:
             r.on_window(fb.batch, list(prefix))
         for b in range(bs):
@@ -233,11 +236,14 @@ class TargetWorker(_Strict):
                     r.errors.note(
                         "node_position", f"{where}: node {i} at {positions[b * width + i]}, depth {len(path) - 1}"
                     )
-                predict.append(lm.next_token(ctx + path))
+                keys.append(lm.context_keys(ctx + path))
                 hidden.append((ids[b * width + i], positions[b * width + i]))
         r.pool.store.write(fb.out_cache_loc, torch.tensor(ids), torch.tensor(positions))
+        # The toy target's logits at every node (argmax: lm.next_token of the node's context),
+        # so greedy rows walk the greedy continuation and sampled rows sample from it.
+        logits = lm.target_logits_torch(*torch.tensor(keys, dtype=torch.int64).T)
         return GenerationBatchResult(
-            logits_output=_logits_output(_one_hot_logits(predict), torch.tensor(hidden, dtype=torch.float32)),
+            logits_output=_logits_output(logits, torch.tensor(hidden, dtype=torch.float32)),
             can_run_cuda_graph=False,
         )
 

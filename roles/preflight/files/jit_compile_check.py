@@ -4,7 +4,7 @@
 Run by the service venv's interpreter, as the service user, inside the unit's
 own sandbox and environment (roles/preflight/files/unit_sandbox_run.py starts
 it from a copy of the unit's [Service] section). Nothing is imported from
-triton or flashinfer: their files are located on disk, so the check runs the
+triton, flashinfer or sglang: their files are located on disk, so the check runs the
 same way on a GPU host and on a CPU test host (where torch is absent).
 
 1. Triton 3.8 (triton/runtime/build.py `_build`, backends/nvidia/driver.py):
@@ -18,7 +18,16 @@ same way on a GPU host and on a CPU test host (where torch is absent).
    (its vendored CCCL first, then -isystem Python, $CUDA_HOME/include with
    curand_kernel.h, tvm-ffi, flashinfer, cutlass, spdlog), then its link line
    `c++ obj -shared -L$CUDA_HOME/lib64 -L$CUDA_HOME/lib64/stubs -lcudart -lcuda`.
-3. `ninja` on PATH (FlashInfer runs it) and the JIT caches writable
+3. sglang 0.5.23's JIT of sgl_kernel/speculative/sampling.cuh (the sampled
+   tree verification kernel, tree_speculative_sampling_target_only, built at the
+   first sampled request; kernels/ops/speculative/sampling.py and
+   kernels/jit/utils/compile/): its generated wrapper (tvm-ffi's headers, the
+   csrc file, TVM_FFI_DLL_EXPORT_TYPED_FUNC(sample, ...<4, true>)), its
+   build.ninja's nvcc line (-Xcompiler -fPIC, -gencode for the GPU's target,
+   -DSGL_CUDA_ARCH, -std=c++20 -O3 --expt-relaxed-constexpr, the include paths of
+   tvm-ffi, kernels/jit/include and the "flashinfer" dependency) and its link line
+   (`c++ obj -shared -L<tvm_ffi/lib> -ltvm_ffi -L$CUDA_HOME/lib64 -lcudart`).
+4. `ninja` on PATH (FlashInfer and sglang run it) and the JIT caches writable
    (TRITON_CACHE_DIR, ${FLASHINFER_WORKSPACE_BASE:-$HOME}/.cache/flashinfer).
 
 A success is remembered under $XDG_CACHE_HOME (the unit's CacheDirectory) keyed
@@ -173,6 +182,63 @@ def flashinfer_sampling(flashinfer: Path, tvm_ffi: Path, home: str, arch: str, s
     return result
 
 
+def sglang_target(arch: str, home: str) -> tuple[int, int, str]:
+    """sglang's JIT target for a compute capability (kernels/jit/utils/arch.py _cuda_arch_suffix):
+    9.x and >= 10 take the "a" target, 12.0 "f" with nvcc >= 12.9 (else "a"), older plain."""
+    m = re.fullmatch(r"([0-9]+)\.([0-9]+)[a-z]?", arch)
+    if m is None:
+        raise ValueError(f"compute capability {arch!r}: X.Y is required")
+    major, minor = int(m.group(1)), int(m.group(2))
+    release = re.search(r"release (\d+)\.(\d+)", version_banner([f"{home}/bin/nvcc", "--version"]))
+    nvcc = (int(release.group(1)), int(release.group(2))) if release else (0, 0)
+    suffix = "a" if major == 9 or major >= 10 else ""
+    if major == 12 and minor == 0 and nvcc >= (12, 9):
+        suffix = "f"
+    return major, minor, suffix
+
+
+SGLANG_SAMPLING_WRAPPER = (
+    "#include <tvm/ffi/container/tensor.h>\n#include <tvm/ffi/dtype.h>\n#include <tvm/ffi/error.h>\n"
+    "#include <tvm/ffi/extra/c_env_api.h>\n#include <tvm/ffi/function.h>\n#include \"{source}\"\n"
+    "namespace sglang {{\n"
+    "TVM_FFI_DLL_EXPORT_TYPED_FUNC(sample, (tree_speculative_sampling_target_only<4, true>));\n"
+    "}}  // namespace sglang\n"
+)
+
+
+def sglang_speculative_sampling(sglang: Path, flashinfer: Path, tvm_ffi: Path, home: str, arch: str, *,
+                                scratch: Path) -> dict[str, object]:  # fmt: skip
+    """load_jit("speculative_sampling", 4, True, cuda_files=["speculative/sampling.cuh"], cuda_wrappers=[("sample",
+    "tree_speculative_sampling_target_only<4, true>")], extra_dependencies=["flashinfer"]) by hand: the wrapper
+    and the compile and link commands sglang's build.ninja runs (vec size 4: vocabularies divisible by 4)."""
+    jit, data = sglang / "kernels" / "jit", flashinfer / "data"
+    source = (jit / "csrc" / "speculative" / "sampling.cuh").resolve()
+    build = scratch / "sglang"
+    build.mkdir()
+    (build / "cuda.cu").write_text(SGLANG_SAMPLING_WRAPPER.format(source=source))
+    major, minor, suffix = sglang_target(arch, home)
+    target = f"{major}{minor}{suffix}"
+    includes = [tvm_ffi / "include", jit / "include", data / "include", data / "csrc", data / "cutlass" / "include",
+                data / "cutlass" / "tools" / "util" / "include", data / "spdlog" / "include"]  # fmt: skip
+    cuda = ["-Xcompiler", "-fPIC", f"-gencode=arch=compute_{target},code=sm_{target}",
+            f"-DSGL_CUDA_ARCH={major * 100 + minor * 10}", "-std=c++20", "-O3", "--expt-relaxed-constexpr",
+            *[f"-I{path}" for path in includes]]  # fmt: skip
+    obj, so = build / "cuda_0.o", build / "speculative_sampling_check.so"
+    compiled = run([f"{home}/bin/nvcc", "-MD", "-MF", f"{obj}.d", *cuda, "-c", str(build / "cuda.cu"), "-o",
+                    str(obj)], cwd=str(build))  # fmt: skip
+    if not compiled["ok"]:
+        return compiled
+    ldflags = ["-shared", f"-L{tvm_ffi / 'lib'}", "-ltvm_ffi", f"-L{home}/lib64", "-lcudart"]
+    linked = run([os.environ.get("CXX", "c++"), str(obj), *ldflags, "-o", str(so)], cwd=str(build))
+    result = {"ok": bool(linked["ok"]), "compile": compiled, "link": linked, "seconds": compiled["seconds"],
+              "target": f"sm_{target}"}  # fmt: skip
+    if linked["ok"]:
+        result["needed"] = needed(so)
+        result["ok"] = any(n.startswith("libcudart.so") for n in result["needed"]) and "libtvm_ffi.so" in result[
+            "needed"]
+    return result
+
+
 def writable(path: Path) -> dict[str, object]:
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -210,10 +276,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--arch", default="auto", help="compute capability X.Y, or auto (the GPUs')")
     parser.add_argument("--if-installed", action="store_true",
-                        help="report 'skipped' instead of failing when triton or flashinfer is not installed")
+                        help="report 'skipped' instead of failing when triton, flashinfer, tvm_ffi or sglang "
+                        "is not installed")
     args = parser.parse_args(argv)
     home = cuda_home()
-    packages = {name: package_dir(name) for name in ("triton", "flashinfer", "tvm_ffi")}
+    packages = {name: package_dir(name) for name in ("triton", "flashinfer", "tvm_ffi", "sglang")}
     report: dict[str, object] = {"cuda_home": home, "python": sys.executable, "user": os.getuid(),
                                  "packages": {k: str(v) if v else None for k, v in packages.items()}}
     missing = [name for name, path in packages.items() if path is None]
@@ -221,8 +288,8 @@ def main(argv: list[str] | None = None) -> int:
         report.update(ok=args.if_installed, skipped=True, reason=f"not installed in {sys.prefix}: {', '.join(missing)}")
         print(json.dumps(report))
         return 0 if args.if_installed else 1
-    triton, flashinfer, tvm_ffi = (packages[n] for n in ("triton", "flashinfer", "tvm_ffi"))
-    assert triton and flashinfer and tvm_ffi
+    triton, flashinfer, tvm_ffi, sglang = (packages[n] for n in ("triton", "flashinfer", "tvm_ffi", "sglang"))
+    assert triton and flashinfer and tvm_ffi and sglang
     arch = detect_arch(args.arch)
     if not re.fullmatch(r"[0-9]+\.[0-9]+[a-z]?", arch):
         report.update(ok=False, reason=f"compute capability '{arch}': no GPU answered; pass --arch X.Y")
@@ -230,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     stub = Path(home) / "lib64" / "stubs" / "libcuda.so"
     inputs = [triton / "backends" / "nvidia" / "driver.c", flashinfer / "data" / "csrc" / "sampling.cu", stub,
+              sglang / "kernels" / "jit" / "csrc" / "speculative" / "sampling.cuh",
+              sglang / "kernels" / "jit" / "include" / "sgl_kernel" / "speculative" / "sampling.cuh",
               Path(home) / "lib64" / "libcudart.so", Path(home) / "include" / "curand_kernel.h",
               Path(sysconfig.get_path("include")) / "Python.h"]
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sglang-deploy-jit-check"
@@ -248,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="jit-check-") as tmp:
         checks["triton_driver_c"] = triton_driver(triton, stub, Path(tmp))
         checks["flashinfer_sampling_cu"] = flashinfer_sampling(flashinfer, tvm_ffi, home, arch, Path(tmp))
+        checks["sglang_speculative_sampling"] = sglang_speculative_sampling(sglang, flashinfer, tvm_ffi, home, arch,
+                                                                            scratch=Path(tmp))  # fmt: skip
     ok = all(bool(c["ok"]) for c in checks.values())
     report.update(ok=ok, cached=False, checks=checks)
     if ok:

@@ -9,14 +9,14 @@ Runs on the managed host. Polls every ``poll_interval`` seconds:
 2. ``GET /health`` returns 200 (503 while loading/warming; connection refused
    while the model loads, since nothing listens then);
 3. a real one-token generation (``POST /generate``, max_new_tokens 1, greedy);
-4. a sampled generation (temperature > 0), by ``sampling``:
-   ``served`` (no speculation, DFLASH): it must generate. sglang's warmup
-   samples greedily, so this is the first request through the sampling kernels
-   (FlashInfer builds them just in time on a GPU host; a missing header or
-   compiler fails here, not on a user's first request). It may take minutes;
-   ``refused`` (DDTree, greedy only): it must be refused with HTTP 400 naming
-   greedy decoding (patch 0010), proving the new process refuses what tree
-   verification cannot serve instead of answering it wrongly;
+4. a sampled generation, for every algorithm (DDTree included): the OpenAI
+   client's default request (``POST /v1/chat/completions`` with a model and
+   messages and no sampling parameters, so sglang's temperature 1.0), bounded
+   to 8 tokens, must generate. sglang's warmup samples greedily, so this is the
+   first request through the sampling kernels (FlashInfer's, and for a
+   speculative server the verify kernel ``tree_speculative_sampling_target_only``:
+   built just in time on a GPU host; a missing header or compiler fails here,
+   not on a user's first request). It may take minutes;
 5. the config echo: ``GET /server_info`` carries the expected speculative
    settings (and, for the simulated engine, ``sim.pid`` equals the unit's MainPID).
 
@@ -67,13 +67,6 @@ options:
     type: str
     default: ""
   expect: {description: server_info keys and the values they must have, type: dict, default: {}}
-  sampling:
-    description:
-      - "served: a temperature 0.8 request must generate"
-      - "refused: it must get HTTP 400 naming greedy decoding (a DDTree server)"
-    type: str
-    choices: [served, refused]
-    default: served
   journal_lines: {description: journal lines returned on failure, type: int, default: 40}
   sync_limit:
     description: "return pending (with resume) when not ready after this many seconds; 0: wait until ready or timeout"
@@ -109,6 +102,7 @@ _ECHO_KEYS = (
     "version",
     "simulated",
     "max_total_num_tokens",
+    "enable_deterministic_inference",
 )
 
 
@@ -190,43 +184,34 @@ def http(method, url, api_key, body=None, timeout=30.0):
         raise NotReady(f"{method} {url}: {exc}") from exc
 
 
-SAMPLED = {
-    "text": "Name three prime numbers:",
-    "sampling_params": {"max_new_tokens": 8, "temperature": 0.8, "top_p": 0.95},
-}
+#: The OpenAI client's default chat request (no temperature, top_p or top_k: sglang's 1.0, 1.0, -1),
+#: bounded to 8 tokens (unbounded, it would generate to the end of the context).
+SAMPLED_MESSAGES = [{"role": "user", "content": "Name three prime numbers."}]
+SAMPLED_MAX_TOKENS = 8
+SAMPLED_WHAT = "a sampled generation (the OpenAI client's default request: no temperature, sglang's 1.0)"
 
 
-#: What a DDTree server's refusal of sampling says (patch 0010, the simulated engine alike).
-GREEDY_ONLY = "greedy decoding only"
+def sampled_generation(base, api_key, timeout, invocation, model="default"):
+    """The OpenAI client's default request, sampled; its text, or EngineFailed with what the server said.
 
-
-def sampled_generation(base, api_key, timeout, invocation, sampling="served"):
-    """One generation with temperature > 0; its text, or EngineFailed with what the server said.
-
-    sglang's warmup generates greedily, so on a GPU host this is the first request
-    through the sampling kernels (FlashInfer builds them just in time: a missing
-    header or compiler fails here, at deploy time, not on a user's first request).
-    With ``sampling="refused"`` (a DDTree server) the request must be refused with
-    HTTP 400 naming greedy decoding; the refusal's message is returned.
+    Every algorithm must serve it (a DDTree server verifies it with target-only tree sampling).
+    sglang's warmup generates greedily, so on a GPU host this is the first request through the
+    sampling kernels (built just in time: a missing header or compiler fails here, at deploy
+    time, not on a user's first request).
     """
-    status, raw = http("POST", base + "/generate", api_key, body=SAMPLED, timeout=timeout)
-    if sampling == "refused":
-        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-        if status == 400 and GREEDY_ONLY in text:
-            return "refused: " + text[:200]
-        raise EngineFailed(
-            "a DDTree server must refuse a sampled generation (temperature 0.8) with HTTP 400 naming "
-            f"{GREEDY_ONLY!r} (patch 0010); /generate returned {status}: {raw[:300]!r}",
-            invocation,
-        )
+    body = {"model": model, "messages": SAMPLED_MESSAGES, "max_tokens": SAMPLED_MAX_TOKENS}
+    status, raw = http("POST", base + "/v1/chat/completions", api_key, body=body, timeout=timeout)
     if status != 200:
-        raise EngineFailed(
-            f"a sampled generation (temperature 0.8) failed: /generate returned {status}: {raw[:300]!r}", invocation
-        )
-    reply = json.loads(raw or b"{}")
-    if "text" not in reply:
-        raise EngineFailed(f"a sampled generation returned no text: {raw[:300]!r}", invocation)
-    return reply["text"]
+        raise EngineFailed(f"{SAMPLED_WHAT} failed: /v1/chat/completions returned {status}: {raw[:300]!r}", invocation)
+    try:
+        reply = json.loads(raw or b"{}")
+        message = reply["choices"][0]["message"]
+        tokens = int((reply.get("usage") or {}).get("completion_tokens") or 0)
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise EngineFailed(f"{SAMPLED_WHAT} returned no message ({exc}): {raw[:300]!r}", invocation) from exc
+    if tokens < 1:
+        raise EngineFailed(f"{SAMPLED_WHAT} generated no token: {raw[:300]!r}", invocation)
+    return (message.get("content") or "") or (message.get("reasoning_content") or "")
 
 
 def normalize(value):
@@ -288,7 +273,6 @@ def main():
             "poll_interval": {"type": "float", "default": 0.5},
             "api_key_file": {"type": "str", "default": ""},
             "expect": {"type": "dict", "default": {}},
-            "sampling": {"type": "str", "default": "served", "choices": ["served", "refused"]},
             "journal_lines": {"type": "int", "default": 40},
             "sync_limit": {"type": "float", "default": 0.0},
             "resume": {"type": "dict", "default": {}},
@@ -364,7 +348,7 @@ def main():
                     # (within a sync_limit: no longer than it; the async part goes on)
                     budget = limited(max(60.0, deadline - time.monotonic()))
                     generation["sampled_text"] = sampled_generation(
-                        base, api_key, budget, state["invocation"], p["sampling"]
+                        base, api_key, budget, state["invocation"], p["expect"].get("served_model_name") or "default"
                     )
                     phase = "echo"
                     phases["sample_s"] = round(time.monotonic() - t0, 3)

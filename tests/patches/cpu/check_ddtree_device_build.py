@@ -14,6 +14,7 @@ import random
 
 import pytest
 import torch
+from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
 from sglang.srt.speculative import ddtree_utils as U
 
 ROUNDS = max(int(os.environ.get("DDTREE_ROUNDS", "1000")), 1)
@@ -103,3 +104,50 @@ def test_decode_step_runs_on_meta_tensors():
     assert src.shape == dst.shape == (bs * block,) and out.shape == (bs, block) and commit.shape == (bs,)
     assert tree.tokens.device == meta and tree.ancestors.shape == (bs, width, width)
     assert U.ddtree_mask_numel_bound(host_prefix_bound, width) == width * (357 + 3 * width)
+
+
+def _kernel_contract(**kw):
+    """Stands in for sglang's CUDA tree_speculative_sampling_target_only on meta tensors: the
+    argument checks its TensorMatcher makes (csrc/speculative/sampling.cuh), nothing computed."""
+    bs, width = kw["candidates"].shape
+    steps = kw["accept_index"].shape[1]
+    vocab = kw["target_probs"].shape[-1]
+    for name in ("candidates", "retrive_index", "retrive_next_token", "retrive_next_sibling"):
+        assert kw[name].shape == (bs, width) and kw[name].dtype == torch.int64, name
+    assert kw["accept_index"].dtype == torch.int32 and kw["accept_token_num"].shape == (bs,)
+    assert kw["accept_token_num"].dtype == torch.int32
+    assert kw["predicts"].shape == (bs * width,) and kw["predicts"].dtype == torch.int32
+    assert kw["uniform_samples"].shape == (bs, width) and kw["uniform_samples"].dtype == torch.float32
+    assert kw["uniform_samples_for_final_sampling"].shape == (bs,)
+    for name in ("target_probs", "draft_probs"):
+        assert kw[name].shape == (bs, width, vocab) and kw[name].dtype == torch.float32, name
+        assert kw[name].is_contiguous(), name
+    assert steps >= 1 and kw["threshold_single"] == 1.0 and kw["threshold_acc"] == 1.0
+    kw["draft_probs"].zero_()  # what the kernel may read of it is zeros on entry
+
+
+def test_sampled_verify_runs_on_meta_tensors():
+    """The sampled path of a decode step (the target's sampling distribution with top-k / top-p /
+    min-p, the coins, the kernel's inputs and the conversion of its outputs, greedy rows of a mixed
+    batch) reads nothing back to the host either: on CUDA the kernel runs where the stand-in
+    checks its arguments here."""
+    meta = torch.device("meta")
+    bs, block, budget, k, vocab = 3, 8, 16, 4, 50
+    width = budget + 1
+    tree = U.build_ddtree_batch(
+        torch.empty((bs,), dtype=torch.int64, device=meta), torch.empty((bs, block - 1, k), device=meta),
+        torch.empty((bs, block - 1, k), dtype=torch.int64, device=meta), budget,
+    )  # fmt: skip
+    info = SamplingBatchInfo(
+        temperatures=torch.empty((bs, 1), device=meta), top_ps=torch.empty((bs,), device=meta),
+        top_ks=torch.empty((bs,), dtype=torch.int32, device=meta), min_ps=torch.empty((bs,), device=meta),
+        is_all_greedy=False, is_any_greedy=True, need_top_p_sampling=True, need_top_k_sampling=True,
+        need_min_p_sampling=True, vocab_size=vocab,
+    )  # fmt: skip
+    logits = torch.empty((bs * width, vocab), device=meta)
+    prefix = torch.empty((bs,), dtype=torch.int64, device=meta)
+    index, length, bonus = U.ddtree_sample_verify(tree, logits, info, prefix, sampler=_kernel_contract)
+    out, commit = U.ddtree_commit_tokens(tree, index, length, bonus, block)
+    U.ddtree_accepted_path_gather(index, length, width)
+    assert index.shape == (bs, block) and length.shape == bonus.shape == (bs,) and out.device == meta
+    assert commit.shape == (bs,)

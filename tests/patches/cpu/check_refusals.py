@@ -4,8 +4,9 @@ Per request (HTTP 400, the server keeps serving): the patched tokenizer
 manager's real ``_create_tokenized_object`` raises ValueError (what /generate
 and the OpenAI routes turn into a 400) for grammar constraints /
 response_format, a thinking budget, custom logit processors, path-dependent
-penalties and watermarking, and sampling (temperature > 0), when DDTree is on;
-the same requests pass with plain DFLASH. At startup: ``_init_ddtree`` (the
+penalties and watermarking, when DDTree is on; the same requests pass with
+plain DFLASH. Sampling (temperature > 0, top-k / top-p / min-p, logit_bias,
+a seed) is served, not refused. At startup: ``_init_ddtree`` (the
 real worker method, on a stand-in worker) refuses sliding-window, hybrid-SWA,
 chunked-attention and mamba targets and unsupported LM heads.
 """
@@ -29,14 +30,13 @@ from ddtree_sched import scheduler as SCH  # noqa: E402
 from sglang.srt.managers.io_struct import GenerateReqInput  # noqa: E402
 from sglang.srt.managers.schedule_batch import FINISH_ABORT  # noqa: E402
 from sglang.srt.managers.tokenizer_manager import TokenizerManager  # noqa: E402
+from sglang.srt.mem_cache.allocation_sizing import get_req_to_token_extra_context_len  # noqa: E402
 from sglang.srt.runtime_context import use_context  # noqa: E402
 from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
 from sglang.srt.speculative import ddtree_utils as U  # noqa: E402
 from sglang.srt.speculative import dflash_worker_v2 as W  # noqa: E402
 
 REFUSED = [
-    ({"temperature": 0.7}, {}, r"greedy decoding only .*temperature=0\.7, top_k="),
-    ({"temperature": 1.0, "top_p": 0.9}, {}, "greedy decoding only"),
     ({"temperature": 0, "json_schema": '{"type": "object"}'}, {}, r"grammar-constrained requests \(json_schema;"),
     ({"temperature": 0, "regex": "[a-z]+"}, {}, r"\(regex;"),
     ({"temperature": 0, "ebnf": 'root ::= "a"'}, {}, r"\(ebnf;"),
@@ -47,10 +47,17 @@ REFUSED = [
     ({"temperature": 0, "presence_penalty": -0.2}, {}, r"presence_penalty=-0\.2"),
     ({"temperature": 0, "repetition_penalty": 1.1}, {}, r"repetition_penalty=1\.1"),
     ({"temperature": 0, "min_new_tokens": 4}, {}, "min_new_tokens=4"),
+    ({"temperature": 0.7, "json_schema": '{"type": "object"}'}, {}, r"grammar-constrained requests \(json_schema;"),
+    ({"temperature": 1.0, "frequency_penalty": 0.5}, {}, r"frequency_penalty=0\.5"),
 ]
 ALLOWED = [
     {"temperature": 0, "max_new_tokens": 16},
     {"temperature": 0.8, "top_k": 1},  # top_k 1 is greedy
+    {"temperature": 0.7},  # sampled: target-only tree sampling
+    {"temperature": 1.0, "top_p": 0.9},
+    {"temperature": 0.6, "top_k": 50, "top_p": 0.95, "min_p": 0.05},
+    {"temperature": 1.0, "logit_bias": {"5": 2.0}, "sampling_seed": 7, "n": 1},
+    {},  # the OpenAI client's default request: temperature 1.0
     {"temperature": 0, "logit_bias": {"5": 2.0}},  # static: applied to every tree node alike
     {"temperature": 0, "stop": ["\n\n"], "n": 1},
     {"temperature": 0, "frequency_penalty": 0.0, "repetition_penalty": 1.0, "min_new_tokens": 0},
@@ -118,12 +125,13 @@ def test_tokenizer_refuses_with_a_400_error_when_ddtree_is_on(raw, extra, messag
         _tokenize(tm, raw, extra)
 
 
-def test_tokenizer_passes_greedy_requests_with_ddtree_and_everything_without_it():
+def test_tokenizer_passes_greedy_and_sampled_requests_with_ddtree_and_everything_without_it():
     tm = _manager()
     with use_context(S.resolved_context(8, 16)):
         for raw in ALLOWED:
-            out = _tokenize(tm, raw, {})
-            assert out.sampling_params.top_k == 1 or raw.get("temperature", 1) == 0, raw
+            out = _tokenize(tm, raw, {})  # not refused
+            greedy = raw.get("temperature", 1.0) == 0 or raw.get("top_k") == 1
+            assert out.input_ids is not None and (out.sampling_params.top_k == 1) == greedy, raw
     with use_context(S.resolved_context(8, None)):  # plain DFLASH: nothing refused here
         for raw, extra, _ in REFUSED:
             out = _tokenize(tm, raw, extra)
@@ -187,20 +195,19 @@ def test_plain_dflash_worker_skips_ddtree(monkeypatch):
     assert worker.ddtree_budget is None
 
 
-def test_worker_stops_a_bypassed_non_greedy_batch():
+def test_worker_stops_a_bypassed_grammar_batch_and_serves_sampling():
     src = Path(W.__file__).read_text()
     assert "the tokenizer and the scheduler refuse per request" in src
     assert "decoded as temperature 0 in tree mode" not in src  # no silent greedy fallback
+    assert "ddtree_sample_verify(" in src  # sampled batches take target-only tree sampling
 
 
-@pytest.mark.parametrize(
-    ("raw", "shown"),
-    [({"temperature": 0.7}, "top_k=-1."), ({"temperature": 0.7, "top_k": -1}, "top_k=-1."),
-     ({"temperature": 0.7, "top_k": 50}, "top_k=50.")],
-)  # fmt: skip
-def test_sampling_refusal_shows_the_top_k_the_client_sent(raw, shown):
-    reason = U.ddtree_request_refusal(_params(raw))
-    assert shown in reason and "1073741824" not in reason, reason
+def test_only_the_greedy_only_refusal_is_gone():
+    """Sampling is served; the per-request refusals that remain keep their text."""
+    src = Path(U.__file__).read_text()
+    assert "serves greedy decoding only" not in src
+    for raw, extra, message in REFUSED:
+        assert re.search(message, U.ddtree_request_refusal(_params(raw), **extra) or ""), raw
 
 
 # ---- another ingress: straight into the scheduler ------------------------------------------
@@ -211,7 +218,7 @@ def test_scheduler_aborts_each_refused_request_and_keeps_serving(overlap):
     straight into the scheduler): aborted alone (FINISH_ABORT, 400, the
     tokenizer's message) while the greedy requests around it are served."""
     refused = [
-        ({"temperature": 0.7}, {}),
+        ({"temperature": 0.7, "repetition_penalty": 1.1}, {}),
         ({"temperature": 0, "json_schema": '{"type": "object"}'}, {}),
         ({"temperature": 0, "frequency_penalty": 0.5}, {}),
         ({"temperature": 0}, {"custom_logit_processor": "serialized-processor"}),
@@ -222,6 +229,7 @@ def test_scheduler_aborts_each_refused_request_and_keeps_serving(overlap):
     for i, (raw, extra) in enumerate(refused):
         reqs.append((1 + i, SCH.request(f"refused-{i}", prompt, 24, **raw, **extra)))
     reqs.append((3, SCH.request("greedy-after", prompt[::-1], 24)))
+    reqs.append((2, SCH.request("sampled", prompt, 24, temperature=1.0, top_p=0.9)))
     # what the tokenizer manager would answer for each (before the scheduler sees them)
     expected = {
         recv.rid: U.ddtree_request_refusal(recv.sampling_params, custom_logit_processor=recv.custom_logit_processor)
@@ -235,7 +243,7 @@ def test_scheduler_aborts_each_refused_request_and_keeps_serving(overlap):
         assert isinstance(req.finished_reason, FINISH_ABORT), (req.rid, req.finished_reason)
         assert req.finished_reason.message == expected[req.rid], req.finished_reason.message
         assert int(req.finished_reason.status_code) == 400
-    for rid in ("greedy-before", "greedy-after"):
+    for rid in ("greedy-before", "greedy-after", "sampled"):
         req = by_rid[rid]
         assert req.finished() and not isinstance(req.finished_reason, FINISH_ABORT)
         assert len(req.output_ids) >= 24
@@ -248,11 +256,17 @@ def test_scheduler_aborts_each_refused_request_and_keeps_serving(overlap):
 
 
 def test_startup_refuses_a_budget_whose_eager_mask_does_not_fit(monkeypatch):
-    """On a GPU, _init_ddtree sizes one eager step's packed mask (max running requests x D x (context + D))."""
+    """On a GPU, _init_ddtree sizes one eager step's packed mask (max running requests x D x (P_max + D)),
+    P_max from the req_to_token row (context + SGLang's headroom), not from the context length."""
     worker = _worker(monkeypatch)
     worker.model_runner.model_config = types.SimpleNamespace(context_len=262144)
     monkeypatch.setattr(W, "is_cuda", lambda: True)
-    need = U.ddtree_static_buffers(cuda_graph=False, max_bs=8, width=17, context_len=262144).total
+    with use_context(S.resolved_context(8, 16)):
+        row = 262144 + get_req_to_token_extra_context_len()
+    prefix = U.ddtree_mask_prefix_capacity(row, 8, 16)
+    assert prefix > 262144  # a request at the context end rides past it
+    need = U.ddtree_static_buffers(cuda_graph=False, max_bs=8, width=17, context_len=262144,
+                                   mask_prefix_len=prefix).total  # fmt: skip
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (int(2 * need) - 2, 1 << 40))
     with pytest.raises(ValueError, match=r"budget 16 does not fit: eager verify buffers for D=17, max running "
                                          r"requests 8, context 262144"):  # fmt: skip

@@ -88,6 +88,39 @@ def test_replays_clean(case):
     )
 
 
+SAMPLED = [
+    # The bundle's command line with half the requests sampled (the OpenAI client's default
+    # temperature 1.0 with top_p 0.9), mixed with greedy ones in the same batches.
+    RP.Case(block=8, budget=16, requests=20, kv_tokens=800, retract_every=4, overlap=overlap, sampled=0.5,
+            temperature=1.0, top_p=0.9, seed=3)
+    for overlap in (True, False)
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", SAMPLED, ids=_id)
+def test_sampled_requests_replay_clean(case):
+    """Sampled requests (target-only tree sampling) in the same batches as greedy ones, through
+    SGLang's scheduler: greedy outputs still equal the target's greedy continuation, every sampled
+    token lies in the target's support after its own prefix, every KV read holds its own position
+    (the accepted path's KV move and the draft write-back of sampled paths), every window inside
+    the request's allocation; under overlap no step had host lengths."""
+    out = RP.run(case)
+    assert out.clean, _report(out)
+    assert out.sampled_requests >= 5 and out.sampled_in_support == out.sampled_requests, _report(out)
+    assert out.outputs_equal_reference == out.finished - out.sampled_requests
+    assert out.sampled_decode_steps >= 10, "no decode step verified sampled requests"
+    assert out.sampled_off_greedy >= 10, "the sampled requests decoded greedily"
+    if case.overlap:
+        assert out.decode_steps_without_host_lens == out.decode_steps
+    assert out.deep_accepts >= 10, f"too few accepts of depth >= 2: {out.accepts_by_depth}"
+    print(
+        f"{_id(case)} sampled: {out.sampled_requests} sampled requests ({out.sampled_off_greedy} tokens off the "
+        f"greedy continuation, all in the target's support), {out.sampled_decode_steps}/{out.decode_steps} decode "
+        f"steps with sampled rows ({out.decode_steps_without_host_lens} without host lengths), accepts by depth "
+        f"{out.accepts_by_depth}, {out.retractions} retractions"
+    )
+
+
 def _two_b_reservation(block, budget):
     return 2 * int(block)  # 0.5.23's DFLASH reservation, what the series had before patch 9
 

@@ -139,6 +139,11 @@ REFUSED = [
     (dict(speculative_ddtree_topk_cap=0), "topk-cap must be >= 1"),
     (dict(speculative_dflash_block_size=1), "block size >= 2"),
     (dict(device="cpu"), "not supported|validated on CUDA only"),
+    (dict(speculative_accept_threshold_single=0.9), r"only 1\.0 .*--speculative-accept-threshold-single 0\.9\. .*not "
+                                                     r"lossless"),
+    (dict(speculative_accept_threshold_acc=0.5), r"--speculative-accept-threshold-acc 0\.5"),
+    (dict(speculative_accept_threshold_single=0.3, speculative_accept_threshold_acc=0.8),
+     r"--speculative-accept-threshold-single 0\.3, --speculative-accept-threshold-acc 0\.8"),
 ]
 
 
@@ -146,6 +151,18 @@ REFUSED = [
 def test_refused_combinations(change, message):
     with pytest.raises(ValueError, match=message):
         resolve(_argv(**change))
+
+
+def test_thresholds_at_one_are_accepted_and_plain_dflash_keeps_its_own():
+    """DDTree with the thresholds given as 1.0 (the default) starts; plain DFLASH keeps sglang's
+    behaviour for other values (not refused here)."""
+    _, cfg = resolve(_argv(speculative_accept_threshold_single=1.0, speculative_accept_threshold_acc=1.0))
+    assert cfg.speculative_ddtree_budget == 16
+    _, plain = resolve(
+        _argv(speculative_algorithm="DFLASH", speculative_ddtree_budget=None, speculative_ddtree_topk_cap=None,
+              speculative_accept_threshold_single=0.5, speculative_accept_threshold_acc=0.7)
+    )  # fmt: skip
+    assert plain.speculative_accept_threshold_single == 0.5 and plain.speculative_accept_threshold_acc == 0.7
 
 
 def test_large_budget_is_left_to_the_startup_memory_check(monkeypatch):
