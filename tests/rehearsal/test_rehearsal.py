@@ -3,9 +3,12 @@ host through a thin overlay (tests/rehearsal/<inventory>/: connection, engine si
 sources; test_overlay.py holds it to that list), with the API key in Ansible Vault, an admin key, the shipped
 0.0.0.0 bind in the test host's own network namespace (reached at 10.89.117.10, never on loopback) and TLS off.
 
-On each: site.yml; a sweep of 4 configs, one of which fails (ct200's to start, b300's its lossless gate); the
-tuner with the smallest budget it accepts, 5 restarts (the baseline, the inventory's config twice, one candidate, the
-restore); collect.yml; the gates and the benchmark by hand with the key from the vault. Neither key may appear in a
+On each: site.yml and the OpenAI client's default request (no temperature) with the key; a sweep of 4 configs, one
+of which fails (ct200's to start, b300's its lossless gate), with both losslessness checks (greedy, sampled) judged
+on the keyed server (ct200's on the default --lossless-restart separate, b300's shared); the tuner with
+--lossless-restart shared at the smallest budget that mode accepts, 5 restarts (the baseline, the inventory's config
+twice, one candidate, the restore); collect.yml; the gates (the sampled one against the sweep's baseline samples)
+and the benchmark by hand with the key from the vault. Neither key may appear in a
 result, plan, log, artifact, the host's journal or any process's command line. ct200 adds the attention-backend
 refusal on its SM120 GPUs and a host leased to another run; b300 runs on B300 stand-ins with the NVSwitch fabric.
 
