@@ -39,6 +39,7 @@ CONTROLLER_IP = "10.89.117.20"
 GATEWAY = "10.89.117.1"
 HF_SHA = "5f1c2d9e8b7a6f5e4d3c2b1a0f9e8d7c6b5a4f3e"
 NVIDIA_URL = "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/"
+SANDBOX = ("--security-opt", "seccomp=unconfined", "--security-opt", "systempaths=unconfined")
 BLOCK = re.compile(r"^```sh (host|controller)\n(.*?)^```$", re.M | re.S)
 TIMES: dict[str, float] = {}
 
@@ -181,8 +182,11 @@ def controller(testhost: str, results_root: Path) -> Iterator[str]:
     subprocess.run(["podman", "rm", "-f", CONTROLLER], env=ENV, check=False, capture_output=True)
     clone = Path(tempfile.mkdtemp(prefix="reproduce-clone-")) / "sglang-ddtree.git"
     subprocess.run(["git", "clone", "-q", "--bare", str(ROOT), str(clone)], check=True)
-    podman("run", "-d", "--name", CONTROLLER, "--hostname", "controller", "--systemd=always", "--network", NETWORK,
-           "--ip", CONTROLLER_IP, "--add-host", f"ct200:{ADDRESS}", "--add-host", "controller:127.0.1.1",
+    # SANDBOX: as a machine has none of podman's seccomp filter and /proc masks (the coding eval's bubblewrap
+    # sets its sandbox's hostname and mounts its /proc in a user namespace: both refused under them)
+    podman("run", "-d", "--name", CONTROLLER, "--hostname", "controller", "--systemd=always", *SANDBOX,
+           "--network", NETWORK, "--ip", CONTROLLER_IP, "--add-host", f"ct200:{ADDRESS}",
+           "--add-host", "controller:127.0.1.1",
            "-v", f"{clone}:/srv/sglang-ddtree.git:ro", "localhost/sglang-testhost:ubuntu-24.04", "/sbin/init")
     ssh = Path.home() / ".ssh" / "sglang-testhost"
     hostkey = " ".join(in_host("cat", "/etc/ssh/ssh_host_ed25519_key.pub").split()[:2])
@@ -253,12 +257,15 @@ def test_reproduce_md_as_written(testhost: str, mirrors: dict[str, str], control
                 used.add("ctrl-c")
             else:
                 session.run(command, stdin=stdin, expect=expect)
+            if re.match(r"python -m repro_py\.(gates|sweep) (?!.*--dry-run)", command):
+                used.add("sandbox")  # the coding eval ran in bubblewrap on the controller
             TIMES[command.splitlines()[0][:60]] = round(time.monotonic() - t, 1)
             ran += 1
     assert ran == sum(len(commands(b)) for _, b in found)
     for name, marker in (("nvidia", NVIDIA_URL), ("pypi", "PIP_INDEX_URL"), ("hub", "HF_ENDPOINT"),
                          ("editor", "$EDITOR FILE"), ("production", "--production"), ("reboot", "sudo reboot"),
-                         ("ctrl-c", "Ctrl-C"), ("repository", "<this repository>")):  # fmt: skip
+                         ("ctrl-c", "Ctrl-C"), ("repository", "<this repository>"),
+                         ("sandbox", " ".join(SANDBOX))):  # fmt: skip
         assert name in used, f"the substitution {name} was not used"
         assert marker in table, f"REPRODUCE.md does not list the substitution {marker}"
     check_outcome(sessions["controller"], clone)
