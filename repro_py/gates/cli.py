@@ -24,7 +24,7 @@ from repro_py.atomicio import write_json_atomic
 from repro_py.cliparse import parse_or_exit_code
 from repro_py.codeeval.sandbox import IsolationUnavailable, require_isolation
 from repro_py.exitcodes import ExitCode
-from repro_py.gates import run_gates, sampled, serverlog
+from repro_py.gates import GATE_NAMES, run_gates, sampled, serverlog
 from repro_py.gates.coding import DEFAULT_MAX_TOKENS, DEFAULT_MIN_PASS_RATE
 from repro_py.gates.lossless import DEFAULT_MAX_NEW_TOKENS, make_reference
 from repro_py.inventory_endpoint import add_arguments as add_endpoint_arguments
@@ -68,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"coding gate threshold (default {DEFAULT_MIN_PASS_RATE})")
     p.add_argument("--lossless-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS,
                    help=f"max_new_tokens of each lossless prompt (default {DEFAULT_MAX_NEW_TOKENS})")
+    p.add_argument("--gates", default=",".join(sorted(GATE_NAMES)),
+                   help="the gates to run, comma-separated (default all: " + ",".join(sorted(GATE_NAMES)) + "); "
+                   "e.g. config_echo,coding on a server without the baseline's references")
     p.add_argument("--out", type=Path, default=None, help="write the gates result JSON here (atomically)")
     return p
 
@@ -78,30 +81,47 @@ def _log_text(found: dict[str, Any]) -> str:
     return f"server log: {found['lines']} lines scanned, " + ("clean" if found.get("passed") else "NOT clean")
 
 
+def parse_gates(text: str) -> frozenset[str]:
+    names = frozenset(n.strip() for n in text.split(",") if n.strip())
+    unknown = sorted(names - GATE_NAMES)
+    if unknown or not names:
+        raise ValueError(f"--gates {text!r}: {', '.join(unknown) or 'no gate'} is not a gate; allowed: "
+                         f"{', '.join(sorted(GATE_NAMES))}")  # fmt: skip
+    return names
+
+
 def summary(result: dict[str, Any]) -> str:
-    coding, lossless, echo, drawn = result["coding"], result["lossless"], result["config_echo"], result["sampled"]
-    det = lossless.get("deterministic") or {}
-    unisolated = " (UNISOLATED: allowed by --allow-unisolated)" if coding.get("isolation_mode") == "none" else ""
-    lines = [
-        f"config_echo: {'PASS' if echo['passed'] else 'FAIL'}" + (f" ({echo['reason']})" if echo.get("reason") else ""),
-        f"lossless:    {'PASS' if lossless['passed'] else 'FAIL'} {lossless['verdict']}: exact-match rate "
-        f"{lossless['exact_match_rate']}, first divergence {lossless['first_divergence']}, deterministic inference "
-        f"server={det.get('server')} reference={det.get('reference')}; {_log_text(lossless['server_log'])}"
-        + (f" ({lossless['reason']})" if lossless.get("reason") else ""),
-        f"sampled:     {'PASS' if drawn['passed'] else 'FAIL'} {drawn['verdict']}: p={drawn['p_value']} (alpha "
-        f"{drawn['alpha']}, the false-alarm rate), {drawn['requests']} requests at {drawn['setting']}"
-        + (f" ({drawn['reason']})" if drawn.get("reason") and not drawn["passed"] else ""),
-        f"coding:      {'PASS' if coding['passed'] else 'FAIL'} {coding['pass_count']}/{coding['total']} "
-        f"{json.dumps({k: v for k, v in coding['counts'].items() if v})}"
-        + (f" ({coding['reason']})" if coding.get("reason") else ""),
-        f"sandbox:     {coding['isolation_mode']}{unisolated}: {coding['isolation']}",
-        f"gates:       {'PASS' if result['passed'] else 'FAIL'}",
-    ]
+    lines = []
+    if (echo := result.get("config_echo")) is not None:
+        lines.append(f"config_echo: {'PASS' if echo['passed'] else 'FAIL'}"
+                     + (f" ({echo['reason']})" if echo.get("reason") else ""))  # fmt: skip
+    if (lossless := result.get("lossless")) is not None:
+        det = lossless.get("deterministic") or {}
+        lines.append(
+            f"lossless:    {'PASS' if lossless['passed'] else 'FAIL'} {lossless['verdict']}: exact-match rate "
+            f"{lossless['exact_match_rate']}, first divergence {lossless['first_divergence']}, deterministic "
+            f"inference server={det.get('server')} reference={det.get('reference')}; "
+            f"{_log_text(lossless['server_log'])}" + (f" ({lossless['reason']})" if lossless.get("reason") else "")
+        )
+    if (drawn := result.get("sampled")) is not None:
+        lines.append(
+            f"sampled:     {'PASS' if drawn['passed'] else 'FAIL'} {drawn['verdict']}: p={drawn['p_value']} (alpha "
+            f"{drawn['alpha']}, the false-alarm rate), {drawn['requests']} requests at {drawn['setting']}"
+            + (f" ({drawn['reason']})" if drawn.get("reason") and not drawn["passed"] else "")
+        )
+    if (coding := result.get("coding")) is not None:
+        unisolated = " (UNISOLATED: allowed by --allow-unisolated)" if coding.get("isolation_mode") == "none" else ""
+        lines.append(f"coding:      {'PASS' if coding['passed'] else 'FAIL'} {coding['pass_count']}/{coding['total']} "
+                     f"{json.dumps({k: v for k, v in coding['counts'].items() if v})}"
+                     + (f" ({coding['reason']})" if coding.get("reason") else ""))  # fmt: skip
+        lines.append(f"sandbox:     {coding['isolation_mode']}{unisolated}: {coding['isolation']}")
+    ran = ", ".join(sorted(GATE_NAMES & result.keys()))
+    lines.append(f"gates:       {'PASS' if result['passed'] else 'FAIL'} ({ran})")
     return "\n".join(lines)
 
 
 def _scan_log(result: dict[str, Any], path: Path | None) -> None:
-    if path is None:
+    if path is None or "lossless" not in result:
         return
     try:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
@@ -121,16 +141,18 @@ def main(argv: list[str] | None = None) -> int:
         expected = validate(parse_expect(args.expect))
         reference = json.loads(args.reference.read_text(encoding="utf-8")) if args.reference else None
         drawn_ref = json.loads(args.sampled_reference.read_text(encoding="utf-8")) if args.sampled_reference else None
+        which = parse_gates(args.gates)
     except (ValueError, SpecConfigError, OSError) as exc:
         print(f"gates: {exc}", file=sys.stderr)
         return int(ExitCode.USAGE)
     try:
-        mode = require_isolation(allow_unisolated=args.allow_unisolated)
-        print(f"gates: coding sandbox mode {mode}", file=sys.stderr)
+        if "coding" in which:
+            mode = require_isolation(allow_unisolated=args.allow_unisolated)
+            print(f"gates: coding sandbox mode {mode}", file=sys.stderr)
         result = asyncio.run(run_gates(
             endpoint, expected, reference, coding_max_tokens=args.max_tokens,
             min_coding_pass_rate=args.min_coding_pass_rate, lossless_max_new_tokens=args.lossless_tokens,
-            allow_unisolated=args.allow_unisolated, sampled_reference=drawn_ref,
+            allow_unisolated=args.allow_unisolated, sampled_reference=drawn_ref, which=which,
         ))
     except IsolationUnavailable as exc:
         print(f"gates: {exc}", file=sys.stderr)
@@ -140,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(ExitCode.INTERRUPTED)
     _scan_log(result, args.server_log)
     if args.write_reference is not None:
-        lossless = result["lossless"]
+        lossless = result.get("lossless") or {"verdict": "not run (--gates)"}
         if lossless["verdict"] == "reference":
             write_json_atomic(args.write_reference, make_reference(
                 lossless["output_ids"], max_new_tokens=lossless["max_new_tokens"],
@@ -150,14 +172,15 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"gates: {args.write_reference} not written: a reference comes from the baseline's passing "
                   f"lossless run, this one is {lossless['verdict']}", file=sys.stderr)
-    drawn = result["sampled"].pop("samples", None)
+    drawn = (result.get("sampled") or {}).pop("samples", None)
     if args.write_sampled_reference is not None:
         if drawn is not None:
             write_json_atomic(args.write_sampled_reference, sampled.make_reference(
-                {**result["sampled"], "samples": drawn}, source=f"{args.url} {expected.label}"))
+                {**result["sampled"], "samples": drawn}, source=f"{endpoint.base_url} {expected.label}"))
         else:
             print(f"gates: {args.write_sampled_reference} not written: sampled references come from the baseline "
-                  f"(algorithm=none) with no --sampled-reference, this run is {result['sampled']['verdict']}",
+                  f"(algorithm=none) with no --sampled-reference, this run is "
+                  f"{(result.get('sampled') or {'verdict': 'not run (--gates)'})['verdict']}",
                   file=sys.stderr)
     if args.out is not None:
         write_json_atomic(args.out, result)

@@ -181,3 +181,25 @@ def test_cli_without_isolation_refuses_unless_allowed(engine_factory: Factory, t
     data = json.loads(out.read_text())
     assert data["isolation"] == data["coding"]["isolation_mode"] == "none" and data["coding"]["unisolated_allowed"]
     assert all(p["sandbox"]["isolation"].startswith("none (UNISOLATED") for p in data["coding"]["problems"])
+
+
+def test_cli_gates_runs_only_the_named_gates(engine_factory: Factory, tmp_path: Path) -> None:
+    """A speculative server checked by hand without the baseline's references: the lossless parts cannot be judged
+    (no_baseline fails the run), ``--gates config_echo,coding`` runs those two only and passes; a name that is not a
+    gate is refused before a request, naming it and the gates there are."""
+    tree = engine_factory(ddtree_flags())
+    common = [sys.executable, "-m", "repro_py.gates", "--url", tree.url, "--expect", "budget=8,topk=4,window=2048",
+              "--lossless-tokens", "8"]  # fmt: skip
+    everything = subprocess.run(common, capture_output=True, text=True, cwd=REPO_ROOT, timeout=300, check=False)
+    assert everything.returncode == 1 and "lossless:    FAIL no_baseline" in everything.stdout, everything.stdout
+    out = tmp_path / "gates.json"
+    some = subprocess.run([*common, "--gates", "config_echo,coding", "--out", str(out)], capture_output=True,
+                          text=True, cwd=REPO_ROOT, timeout=300, check=False)  # fmt: skip
+    assert some.returncode == 0, some.stdout + some.stderr
+    assert "gates:       PASS (coding, config_echo)" in some.stdout and "lossless" not in some.stdout
+    assert set(json.loads(out.read_text())) == {"coding", "config_echo", "isolation", "passed"}
+    served = int(tree.get_json("/server_info")["sim"]["generation_requests"])
+    bad = subprocess.run([*common, "--gates", "coding,speed"], capture_output=True, text=True, cwd=REPO_ROOT,
+                         timeout=60, check=False)  # fmt: skip
+    assert bad.returncode == 2 and "speed is not a gate; allowed: coding, config_echo, lossless, sampled" in bad.stderr
+    assert int(tree.get_json("/server_info")["sim"]["generation_requests"]) == served

@@ -125,7 +125,8 @@ def rehearse(inventory: str, address: str, results: Path) -> None:
         assert http(f"{base}/flush_cache", admin, {})[0] == 200
         assert http(f"{base}/v1/chat/completions", None, DEFAULT_REQUEST)[0] == 401
         status, answer = http(f"{base}/v1/chat/completions", key, DEFAULT_REQUEST)
-        assert status == 200 and json.loads(answer)["choices"][0]["message"]["content"], answer
+        message = json.loads(answer)["choices"][0]["message"]  # kimi_k2's reasoning parser: reasoning first
+        assert status == 200 and (message["content"] or message["reasoning_content"]), answer
         listening = in_host("ss", "-Hltn", "sport = :30001")
         assert "0.0.0.0:30001" in listening, listening
 
