@@ -141,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         expected = validate(parse_expect(args.expect))
         reference = json.loads(args.reference.read_text(encoding="utf-8")) if args.reference else None
         drawn_ref = json.loads(args.sampled_reference.read_text(encoding="utf-8")) if args.sampled_reference else None
+        if isinstance(drawn_ref, dict) and "schema" not in drawn_ref and isinstance(drawn_ref.get("reference"), dict):
+            drawn_ref = drawn_ref["reference"]  # a sweep's sampled-reference.json: {label, config, reference}
         which = parse_gates(args.gates)
     except (ValueError, SpecConfigError, OSError) as exc:
         print(f"gates: {exc}", file=sys.stderr)

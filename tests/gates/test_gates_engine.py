@@ -145,6 +145,13 @@ def test_cli_reference_roundtrip(engine_factory: Factory, tmp_path: Path) -> Non
     assert second.returncode == 1
     assert "speculative_ddtree_budget" in second.stdout and "server log: 1 lines scanned, clean" in second.stdout
     assert "sampled:     PASS same_distribution: p=" in second.stdout
+    swept = tmp_path / "sampled-reference.json"  # as a sweep keeps it in its run directory
+    swept.write_text(json.dumps({"label": "baseline", "config": {"algorithm": "none"},
+                                 "reference": json.loads(drawn.read_text())}))  # fmt: skip
+    from_sweep = subprocess.run([*common, "--url", tree.url, "--expect", "budget=8,topk=4,window=2048", "--gates",
+                                 "sampled", "--sampled-reference", str(swept)],
+                                capture_output=True, text=True, cwd=REPO_ROOT, timeout=300, check=False)  # fmt: skip
+    assert from_sweep.returncode == 0 and "sampled:     PASS same_distribution" in from_sweep.stdout, from_sweep.stdout
     data = json.loads(out.read_text())
     assert data["lossless"]["passed"] is True and data["config_echo"]["passed"] is False
     assert data["sampled"]["verdict"] == "same_distribution" and "samples" not in data["sampled"]
