@@ -162,7 +162,10 @@ e2e-run: venv
 TEST_STAGES := setup lint manifest-check locks cpu-venv image wheelhouse unit host-checks molecule deploy \
                service-checks-run e2e-run
 # Stages with test hosts of their own that run beside the main lane once SIDE_AFTER has
-# passed (none yet; the shared environments are built before it).
+# passed (none yet; the shared environments are built before it). A side-lane stage must
+# be a *-run target that rebuilds nothing: `wheelhouse` is phony and rewrites .whl's
+# checksums for every stage that depends on it, which a concurrent copy of .whl can catch
+# half-written (seen: "could not find src=.whl/SHA256SUMS.tmp").
 SIDE_STAGES :=
 SIDE_AFTER := wheelhouse
 test:
