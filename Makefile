@@ -181,7 +181,10 @@ TEST_STAGES := setup lint manifest-check locks cpu-venv image wheelhouse unit ho
 # `make rehearsal` (setup image wheelhouse) are main-lane stages that have passed by
 # then, and running scripts/build-wheelhouse.sh again beside the main lane's own run of
 # it (unit's prerequisite, starting at the same moment) would have two writers of the
-# wheelhouse's SHA256SUMS and stamp.
+# wheelhouse's SHA256SUMS and stamp. (Those writes are also no-ops on disk when nothing
+# changed, and go through a temporary file outside the wheelhouse, so that a concurrent
+# copy of .whl never sees a half-written or vanishing file: seen before that as
+# "could not find src=.whl/SHA256SUMS.tmp".)
 SIDE_STAGES := rehearsal-run
 SIDE_AFTER := wheelhouse
 test:

@@ -139,6 +139,16 @@ if [[ $jit -eq 0 ]]; then
 
 fi
 
-(cd "$dir" && sha256sum -- *.whl > SHA256SUMS.tmp && mv SHA256SUMS.tmp SHA256SUMS)
-echo "$stamp_want" > "$stamp"
+# SHA256SUMS and the stamp are replaced only when their content changes, through a
+# temporary file beside the wheelhouse (same filesystem, so the rename is atomic): a
+# concurrent copy of the wheelhouse (a test host being deployed from it) never lists a
+# temporary file, and a run that changed nothing changes nothing on disk.
+replace_if_changed() {  # replace_if_changed TARGET < content
+    local tmp
+    tmp=$(mktemp "$(dirname "$dir")/.$(basename "$dir")-$(basename "$1").XXXXXX")
+    cat > "$tmp"
+    if [[ -f "$1" ]] && cmp -s "$tmp" "$1"; then rm -f "$tmp"; else chmod 644 "$tmp" && mv -f "$tmp" "$1"; fi
+}
+(cd "$dir" && sha256sum -- *.whl) | replace_if_changed "$dir/SHA256SUMS"
+echo "$stamp_want" | replace_if_changed "$stamp"
 echo "build-wheelhouse: $dir: $(ls "$dir"/*.whl | wc -l) wheels, $(du -sh "$dir" | cut -f1), $((SECONDS - start)) s"

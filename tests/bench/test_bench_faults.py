@@ -130,7 +130,7 @@ def test_kill_9_mid_cell_exits_nonzero_with_the_reason(engine_factory: Factory, 
 async def test_engine_clock_checks_the_client_clock(engine_factory: Factory, monkeypatch: pytest.MonkeyPatch) -> None:
     """The engine's histograms time each repeat on their own; a client clock running 2x fast shows as a
     client/engine ratio of 2 (the old engine_output_tps divided by the client's span and always agreed)."""
-    eng = engine_factory([*ddtree_flags(), "--enable-metrics", "--sim-speed", "20"])
+    eng = engine_factory([*ddtree_flags(), "--enable-metrics", "--sim-speed", "4"])
     settings = _settings(repeats=1, max_tokens=128, ignore_eos=True)
     honest = (await run_matrix(Endpoint(eng.url), settings))["cells"][0]
     ratio = honest["median"]["timing_ratio"]
@@ -153,7 +153,7 @@ async def test_engine_clock_checks_the_client_clock(engine_factory: Factory, mon
 
 async def test_per_token_and_per_chunk_itl_are_both_reported(engine_factory: Factory) -> None:
     """With speculative decoding a chunk carries ~accept-length tokens: the two ITLs differ by about that."""
-    eng = engine_factory([*ddtree_flags(), "--enable-metrics", "--sim-speed", "20"])
+    eng = engine_factory([*ddtree_flags(), "--enable-metrics", "--sim-speed", "4"])
     cell = (await run_matrix(Endpoint(eng.url), _settings(repeats=1, max_tokens=128, ignore_eos=True)))["cells"][0]
     med = cell["median"]
     per_chunk, per_token = med["itl_chunk_ms"]["p50"], med["itl_token_ms"]["p50"]
