@@ -21,7 +21,7 @@ from test_service_testhost import reconfigure, serving, sh, unit
 
 pytestmark = [
     pytest.mark.testhost,
-    pytest.mark.skipif(not wants_testhost(), reason="set SGLANG_TESTHOST=1 (make hostchecks)"),
+    pytest.mark.skipif(not wants_testhost(), reason="set SGLANG_TESTHOST=1 (make service-checks)"),
 ]
 
 rules = load_module("sglang_lease", ROOT / "roles/sglang_service/module_utils/sglang_lease.py")

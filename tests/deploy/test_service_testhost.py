@@ -38,7 +38,7 @@ from conftest import ROOT, wants_testhost
 
 pytestmark = [
     pytest.mark.testhost,
-    pytest.mark.skipif(not wants_testhost(), reason="set SGLANG_TESTHOST=1 (make hostchecks)"),
+    pytest.mark.skipif(not wants_testhost(), reason="set SGLANG_TESTHOST=1 (make service-checks)"),
 ]
 
 HOST = os.environ.get("TESTHOST_NAME", "sglang-testhost")

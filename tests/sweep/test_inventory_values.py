@@ -3,7 +3,7 @@
 Before, the sweep read ``ansible-inventory --list``, which does not template: with the
 shipped ``inventory/ct200`` and its key in Ansible Vault the client sent the text
 ``{{ vault_sglang_service_api_key | default('') }}`` as its bearer key and got 401.
-Here every variant README.md and REPRODUCE.md describe (a vault file made with
+Here every variant docs/deploy.md and REPRODUCE.md describe (a vault file made with
 ``ansible-vault create``/``encrypt``, a value made with ``encrypt_string``, the password
 from ``--vault-password-file``, ``ANSIBLE_VAULT_PASSWORD_FILE``, ``--vault-id`` or
 ``--ask-vault-pass``) resolves to the key itself, the role's defaults apply, and what
@@ -58,7 +58,7 @@ def shipped_copy(tmp_path: Path, name: str = "ct200") -> Path:
 
 
 def vault_file_inventory(tmp_path: Path, password_file: Path, name: str = "ct200") -> Path:
-    """The README's way: group_vars/all/vault.yml made with ansible-vault, holding vault_sglang_service_api_key."""
+    """The documented way (README.md, docs/deploy.md): group_vars/all/vault.yml made with ansible-vault."""
     inv = shipped_copy(tmp_path, name)
     vault = inv / "group_vars" / "all" / "vault.yml"
     vault.write_text(f"vault_sglang_service_api_key: {KEY}\n", encoding="utf-8")
