@@ -24,7 +24,8 @@ import pytest
 from repro_py.exitcodes import ExitCode
 from repro_py.simengine import ddtree_refusals, sampling, tokenizer
 from repro_py.simengine.fixtures import write_model_dirs
-from repro_py.simengine.testing import Engine, ddtree_flags, run_engine_cli
+from repro_py.simengine.process import Engine
+from repro_py.simengine.testing import ddtree_flags, run_engine_cli
 from tests.simengine.test_http import KEY, MODEL
 
 REPO = Path(__file__).resolve().parents[2]
