@@ -43,6 +43,7 @@ from repro_py.tune.sweepio import (
     IsolationUnavailable,
     PlanError,
     RunDir,
+    Target,
     add_inventory_arguments,
     add_lossless_restart,
     build_report,
@@ -242,6 +243,23 @@ def _finish(
     )
 
 
+def _offer_write_back(
+    args: argparse.Namespace, search: Search, run_dir: RunDir, *, target: Target, options: list[str], console: Console
+) -> int:
+    """Show the winner's change to the inventory, and write it with ``--write`` or when asked (a terminal)."""
+    return writeback.offer(
+        console,
+        search,
+        run_dir,
+        target,
+        inventory=args.inventory,
+        results=args.results,
+        write=args.write,
+        ask=not args.no_write and sys.stdin.isatty(),
+        options=options,
+    )
+
+
 def _run_loop(loop: TuneLoop, run_dir: RunDir, args: argparse.Namespace) -> tuple[str, dict[str, Any] | None, bool]:
     """Search (a finished run resumed without a larger budget: replay its results); (stop reason, restore,
     interrupted)."""
@@ -340,17 +358,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.no_report:
         console.print("[yellow]--no-report: no manifest, so nothing is written back (provenance needs it)[/]")
         return code
-    wrote = writeback.offer(
-        console,
-        search,
-        run_dir,
-        target,
-        inventory=args.inventory,
-        results=args.results,
-        write=args.write,
-        ask=not args.no_write and sys.stdin.isatty(),
-        options=options,
-    )
+    wrote = _offer_write_back(args, search, run_dir, target=target, options=options, console=console)
     return code if wrote == ExitCode.OK else wrote
 
 

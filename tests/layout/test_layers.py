@@ -310,6 +310,7 @@ def test_no_arrow_runs_up_the_floors(edges):
 
 def test_the_architecture_page_shows_the_same_floors():
     text = ARCHITECTURE.read_text(encoding="utf-8")
+    assert "## Floors" in text, f"{ARCHITECTURE} has no '## Floors' section with the table of FLOORS"
     section = text.split("## Floors", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| (\d+) \| `?(\w+)`? \| (.+?) \|", section, flags=re.MULTILINE)
     documented = {int(n): (floor, re.findall(r"`([\w.]+)`", units)) for n, floor, units in rows}
