@@ -47,7 +47,7 @@ from repro_py.bench.matrix import flush_cache, run_requests  # noqa: E402
 from repro_py.bench.prompts import BuiltPrompt, PromptBuilder  # noqa: E402
 from repro_py.bench.server_info import fetch_server_info  # noqa: E402
 from repro_py.endpoint import Endpoint  # noqa: E402
-from repro_py.simengine.testing import Engine, start_engine  # noqa: E402
+from repro_py.simengine.process import Engine, start_engine  # noqa: E402
 
 ENGINE_ARGS = [
     "--speculative-algorithm", "DDTREE", "--speculative-dflash-block-size", "8",

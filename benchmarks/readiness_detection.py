@@ -51,7 +51,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from repro_py.simengine.testing import Engine, free_port, start_engine  # noqa: E402
+from repro_py.simengine.process import Engine, free_port, start_engine  # noqa: E402
 from repro_py.sweep.grid import validate_config  # noqa: E402
 from repro_py.sweep.localproc import LocalProcessReconfigurer  # noqa: E402
 

@@ -34,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from repro_py.endpoint import Endpoint
 from repro_py.gates import sampled
-from repro_py.simengine.testing import Engine, EngineGroup, ddtree_flags
+from repro_py.simengine.process import Engine
+from repro_py.simengine.testing import EngineGroup, ddtree_flags
 
 
 def modelled_s(eng: Engine, speed: float) -> float:

@@ -36,7 +36,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from repro_py.simengine import perf_model
-from repro_py.simengine.testing import Engine, start_engine
+from repro_py.simengine.process import Engine, start_engine
 
 ENGINE_ARGS = [
     "--speculative-algorithm", "DDTREE", "--speculative-dflash-block-size", "8",

@@ -33,7 +33,7 @@ from repro_py import spec_config
 from repro_py.bench.matrix import BenchSettings, run_matrix
 from repro_py.endpoint import Endpoint
 from repro_py.simengine import accept_sampling, perf_model
-from repro_py.simengine.testing import start_engine
+from repro_py.simengine.process import start_engine
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPERATURES = (0.0, 0.7, 1.0)

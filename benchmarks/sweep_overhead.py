@@ -40,7 +40,7 @@ from repro_py import manifest
 from repro_py.atomicio import write_json_atomic
 from repro_py.endpoint import Endpoint
 from repro_py.report.render import build_report
-from repro_py.simengine.testing import free_port
+from repro_py.simengine.process import free_port
 from repro_py.sweep import state
 from repro_py.sweep.benchplan import BenchPlan
 from repro_py.sweep.inventory import Target

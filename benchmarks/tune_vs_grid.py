@@ -75,7 +75,7 @@ from rich.console import Console
 from repro_py.atomicio import write_json_atomic
 from repro_py.endpoint import Endpoint
 from repro_py.simengine.perf_model import ModelConfig, accept_length, step_ms
-from repro_py.simengine.testing import free_port
+from repro_py.simengine.process import free_port
 from repro_py.sweep import state
 from repro_py.sweep.benchplan import BenchPlan
 from repro_py.sweep.grid import PlannedConfig
@@ -84,7 +84,7 @@ from repro_py.sweep.localproc import LocalProcessReconfigurer
 from repro_py.sweep.measure import BundleMeasure
 from repro_py.sweep.plan import make_plan
 from repro_py.sweep.runner import SweepOptions, SweepRunner
-from repro_py.tune import verdict
+from repro_py.tune import proposals, verdict
 from repro_py.tune.ladder import make_ladder
 from repro_py.tune.loop import Budget, TuneLoop
 from repro_py.tune.noise import NoiseModel
@@ -261,7 +261,7 @@ class Grid:
 
 def distinct_count(space: Space, objective: Objective, full_tokens: int) -> int:
     search = Search(space, settings_for(objective, full_tokens), NoiseModel())
-    return len({search.equivalence_key(c) for c in space.configs})
+    return len({proposals.equivalence_key(search, c) for c in space.configs})
 
 
 def model_best(space: Space, objective: Objective, max_tokens: int) -> str:
@@ -404,7 +404,7 @@ def run_tuner(
         outcome = asyncio.run(loop.run())
     finally:
         rec.close()
-    (won,) = search.winners()
+    (won,) = verdict.winners(search)
     versus = verdict.versus_current(search, won)
     return TunerRow(
         won.label,

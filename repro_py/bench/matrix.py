@@ -28,7 +28,7 @@ import asyncio
 import dataclasses
 import datetime
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -218,6 +218,57 @@ def _empty_cell(context: int, concurrency: int, status: str, reason: str | None)
     }
 
 
+@dataclasses.dataclass
+class _Repeats:
+    """A cell's repeats: each one's figures, its counter delta, the successful requests of the ok ones, and
+    why the server was lost (None: it answered throughout)."""
+
+    repeats: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    deltas: list[counters.CounterDelta] = dataclasses.field(default_factory=list)
+    counted: list[RequestResult] = dataclasses.field(default_factory=list)
+    lost: str | None = None
+
+
+async def _measure_repeats(
+    session: aiohttp.ClientSession,
+    endpoint: Endpoint,
+    settings: BenchSettings,
+    prompt: BuiltPrompt,
+    *,
+    requests: int,
+    concurrency: int,
+    flush: Callable[[], Awaitable[None]],
+) -> _Repeats:
+    """Run the cell's repeats (each after a cache flush, with the server's counters read around it); stop at
+    the first repeat after which the server no longer answers."""
+    out = _Repeats()
+    for index in range(settings.repeats):
+        await flush()
+        identity = await server_identity(session, endpoint)
+        before = await counters.read_settled(session, endpoint)
+        results, wall = await run_requests(
+            session, endpoint, prompt, count=requests, concurrency=concurrency, max_tokens=settings.max_tokens,
+            sampling=settings.sampling, timeout_s=settings.request_timeout_s, ignore_eos=settings.ignore_eos,
+        )
+        after = await counters.read_settled(session, endpoint)
+        delta = counters.delta(before, after)
+        trouble = await repeat_trouble(session, endpoint, results, before, after, identity=identity)
+        figures = repeat_figures(results, wall, delta, error_budget=settings.error_budget,
+                                 trouble=None if trouble is None else trouble.reason)  # fmt: skip
+        figures["repeat"] = index
+        out.repeats.append(figures)
+        out.deltas.append(delta)
+        if figures["status"] == "ok":
+            out.counted += [r for r in results if r.ok]
+        elif trouble is not None and trouble.gone:
+            out.lost = f"the server stopped answering during repeat {index}: {figures['reason']}"
+            break
+        elif trouble is None and (why_not := await probe_server(session, endpoint)) is not None:
+            out.lost = f"the server stopped answering during repeat {index}: {figures['reason']}; {why_not}"
+            break
+    return out
+
+
 async def run_cell(
     session: aiohttp.ClientSession,
     endpoint: Endpoint,
@@ -263,34 +314,10 @@ async def run_cell(
             timeout_s=settings.request_timeout_s, variant_base=10_000, ignore_eos=settings.ignore_eos,
         )
         warm_errors = [r.error or "?" for r in warm if not r.ok]
-    repeats: list[dict[str, Any]] = []
-    deltas: list[counters.CounterDelta] = []
-    counted: list[RequestResult] = []  # the successful requests of ok repeats
-    lost: str | None = None
-    for index in range(settings.repeats):
-        await flush()
-        identity = await server_identity(session, endpoint)
-        before = await counters.read_settled(session, endpoint)
-        results, wall = await run_requests(
-            session, endpoint, prompt, count=requests, concurrency=concurrency, max_tokens=settings.max_tokens,
-            sampling=settings.sampling, timeout_s=settings.request_timeout_s, ignore_eos=settings.ignore_eos,
-        )
-        after = await counters.read_settled(session, endpoint)
-        delta = counters.delta(before, after)
-        trouble = await repeat_trouble(session, endpoint, results, before, after, identity=identity)
-        figures = repeat_figures(results, wall, delta, error_budget=settings.error_budget,
-                                 trouble=None if trouble is None else trouble.reason)  # fmt: skip
-        figures["repeat"] = index
-        repeats.append(figures)
-        deltas.append(delta)
-        if figures["status"] == "ok":
-            counted += [r for r in results if r.ok]
-        elif trouble is not None and trouble.gone:
-            lost = f"the server stopped answering during repeat {index}: {figures['reason']}"
-            break
-        elif trouble is None and (why_not := await probe_server(session, endpoint)) is not None:
-            lost = f"the server stopped answering during repeat {index}: {figures['reason']}; {why_not}"
-            break
+    measured = await _measure_repeats(
+        session, endpoint, settings, prompt, requests=requests, concurrency=concurrency, flush=flush
+    )
+    repeats, lost = measured.repeats, measured.lost
     cell: dict[str, Any] = {
         "context": context,
         "concurrency": concurrency,
@@ -308,7 +335,7 @@ async def run_cell(
         "notes": notes,
         "repeats": repeats,
     }
-    cell.update(summarize_cell(repeats, deltas, settings.cv_threshold))
+    cell.update(summarize_cell(repeats, measured.deltas, settings.cv_threshold))
     if lost is not None:
         cell["status"] = "failed"
         cell["reason"] = lost
@@ -323,7 +350,7 @@ async def run_cell(
         return cell
     mark_queued(cell, info.running_cap if info else None)
     mismatch = check_prompt_tokens(
-        context, [r.prompt_tokens for r in counted if r.prompt_tokens is not None],
+        context, [r.prompt_tokens for r in measured.counted if r.prompt_tokens is not None],
         abs_tol=settings.prompt_abs_tol, rel_tol=settings.prompt_rel_tol,
     )
     if mismatch:

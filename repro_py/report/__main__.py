@@ -2,6 +2,6 @@
 
 import sys
 
-from repro_py.report.render import main
+from repro_py.report.cli import main
 
 sys.exit(main())

@@ -1,26 +1,22 @@
 """Build a run's report from its result files: ``summary.md``, ``summary.csv``, ``plots/*.png``.
 
-``python -m repro_py.report RUN_DIR`` rebuilds it (and nothing reads the
+``python -m repro_py.report RUN_DIR`` rebuilds it (:mod:`repro_py.report.cli`; nothing reads the
 engine: the files are the only input). Markdown comes from the Jinja2
 template ``repro_py/report/templates/summary.md.j2``.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import jinja2
 
-from repro_py import manifest, sampling_settings
+from repro_py import sampling_settings
 from repro_py.atomicio import write_text_atomic
-from repro_py.exitcodes import ExitCode
 from repro_py.report import plots, recommend, tables
+from repro_py.results.lossless_mode import DETERMINISTIC_LABEL, FLAG
 from repro_py.simmark import sim_note, speed_text
-from repro_py.sweep.lossless_restart import DETERMINISTIC_LABEL, FLAG
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"  # package data: an installed wheel has them
 SUMMARY_TEMPLATE = "summary.md.j2"
@@ -161,28 +157,3 @@ def build_report(run_path: Path, *, template_dir: Path = TEMPLATE_DIR) -> dict[s
     write_text_atomic(summary_md, text)
     write_text_atomic(summary_csv, tables.to_csv(table))
     return {"summary_md": summary_md, "summary_csv": summary_csv, **plot_paths}
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m repro_py.report", description="Rebuild a sweep run's report from its result files."
-    )
-    parser.add_argument("run_dir", type=Path, help="results/<run-id>")
-    parser.add_argument("--no-manifest", action="store_true", help="do not rewrite the run's MANIFEST.sha256")
-    args = parser.parse_args(argv)
-    run_dir: Path = args.run_dir
-    if not (run_dir / "plan.json").is_file() and not (run_dir / "configs").is_dir():
-        print(f"report: {run_dir} has neither plan.json nor configs/", file=sys.stderr)
-        return ExitCode.USAGE
-    paths = build_report(run_dir)
-    for problem in tables.load_run(run_dir).refused:
-        print(f"report: result refused (not counted): {problem}", file=sys.stderr)
-    if not args.no_manifest:
-        manifest.write(run_dir)
-    for name, path in paths.items():
-        print(f"{name}: {path}")
-    return ExitCode.OK
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -37,10 +37,10 @@ from pathlib import Path
 from typing import Any
 
 from repro_py import sampling_settings
+from repro_py.results.lossless_mode import DETERMINISTIC_LABEL, FLAG, SHARED, stored_mode
+from repro_py.results.schema import ConfigResult, ResultError, load_result
 from repro_py.sampling_settings import Sampling
 from repro_py.simmark import SIM_MARK, distinct_speeds, speed_text
-from repro_py.sweep.lossless_restart import DETERMINISTIC_LABEL, FLAG, SHARED, stored_mode
-from repro_py.sweep.result_schema import ConfigResult, ResultError, load_result
 
 CSV_COLUMNS: tuple[str, ...] = (
     "engine",

@@ -39,22 +39,22 @@ from rich.markup import escape
 from repro_py.atomicio import write_json_atomic
 from repro_py.gates import GATE_NAMES, serverlog
 from repro_py.gates.lossless import BASELINE, NO_BASELINE
+from repro_py.results.failures import CRASHED, FAILED_TO_START, GATE_FAILED, bench_error_summary, failed_gates
+from repro_py.results.lossless_mode import SHARED
+from repro_py.results.schema import ConfigResult, ResultError, check_result, mark_failed, new_result
 from repro_py.sweep import fingerprint, hostcode, state
 from repro_py.sweep.errors import Interrupted
-from repro_py.sweep.failures import CRASHED, FAILED_TO_START, GATE_FAILED, bench_error_summary, failed_gates
 from repro_py.sweep.grid import PlannedConfig
 from repro_py.sweep.lossless_restart import (
     LOSSLESS_GATES,
     ON_NO_RESTART,
     ON_OWN_RESTART,
     PRODUCTION_GATES,
-    SHARED,
     LosslessRestart,
 )
 from repro_py.sweep.measure import Measure
 from repro_py.sweep.plan import Plan
 from repro_py.sweep.reconfigure import ReconfigureOutcome, Reconfigurer
-from repro_py.sweep.result_schema import ConfigResult, ResultError, check_result, mark_failed, new_result
 
 PRODUCTION = "production"
 LOSSLESS = "lossless"

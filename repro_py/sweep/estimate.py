@@ -6,11 +6,11 @@ import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from repro_py.results.schema import ResultError, load_result
 from repro_py.sweep.benchplan import BenchPlan
 from repro_py.sweep.grid import PlannedConfig
 from repro_py.sweep.inventory import Target
 from repro_py.sweep.lossless_restart import LosslessRestart
-from repro_py.sweep.result_schema import ResultError, load_result
 
 #: Fallback estimates when neither the inventory nor earlier runs say better.
 DEFAULT_LOAD_S = {"real": 420.0, "simulated": 20.0}  # simulated: mostly the play's own overhead

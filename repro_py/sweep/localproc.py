@@ -28,9 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from repro_py import spec_config
-from repro_py.simengine.testing import port_open, start_engine, terminate
-from repro_py.sweep.failures import FAILED_TO_START
+from repro_py.endpoint import Endpoint
+from repro_py.results.failures import FAILED_TO_START
+from repro_py.simengine.process import free_port, port_open, start_engine, terminate
+from repro_py.sweep import extravars
 from repro_py.sweep.grid import PlannedConfig
+from repro_py.sweep.inventory import Target
 from repro_py.sweep.reconfigure import ReconfigureOutcome
 
 _LOG_NAME = "engine.log"
@@ -267,3 +270,25 @@ class LocalProcessReconfigurer:
             code = self.proc.returncode
             return [*(tail(self._log_path, lines - 1) if self._log_path else []), f"(engine exited with code {code})"]
         return tail(self._log_path, lines) if self._log_path else []
+
+
+def local_reconfigurer(target: Target) -> tuple[Target, LocalProcessReconfigurer]:
+    """``--reconfigurer local``: the simulated engine as a local process on a free loopback port, with the
+    inventory's simulated load/warmup/speed; the target then points at that port."""
+    port = free_port()
+    ep = Endpoint(
+        f"http://127.0.0.1:{port}", api_key=target.endpoint.api_key, model="default",
+        admin_api_key=target.endpoint.admin_api_key,
+    )  # fmt: skip
+    local = Target(
+        inventory=target.inventory, host=target.host, hostvars=target.hostvars, endpoint=ep, engine_kind="simulated"
+    )
+    tv = target.var
+    reconfigurer = LocalProcessReconfigurer(
+        port,
+        load_s=float(tv("sglang_service_sim_load_seconds", 0.5)),
+        warmup_s=float(tv("sglang_service_sim_warmup_seconds", 0.2)),
+        speed=float(tv("sglang_service_sim_speed", 1.0)),
+        inventory_deterministic=tv(extravars.DETERMINISTIC_VAR) is True,
+    )
+    return local, reconfigurer

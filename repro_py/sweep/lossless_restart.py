@@ -13,7 +13,8 @@ coding gate and the config echo, and restarted again with deterministic inferenc
 restarts per config; one when the inventory already deploys deterministic inference (the production restart then
 serves the lossless gate too). ``shared``: one restart per config, with deterministic inference for everything,
 the benchmark included: half the restarts, and every figure is a deterministic-inference figure and says so.
-There is no mode without the gate.
+There is no mode without the gate. The mode's values and labels, as a run's files record them, are
+:mod:`repro_py.results.lossless_mode` (the report reads them there).
 """
 
 from __future__ import annotations
@@ -23,16 +24,11 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from repro_py.results.lossless_mode import DETERMINISTIC_LABEL, FLAG, MODES, SEPARATE, SHARED, stored_mode
 from repro_py.sweep.errors import PlanError
 from repro_py.sweep.extravars import DETERMINISTIC_VAR
 from repro_py.sweep.inventory import Target
 
-SEPARATE = "separate"
-SHARED = "shared"
-MODES = (SEPARATE, SHARED)
-FLAG = "--lossless-restart"
-#: what a figure measured under deterministic inference is labelled with
-DETERMINISTIC_LABEL = "deterministic inference"
 #: the gates a production restart runs when the lossless gate has a restart of its own, and the one that has it
 PRODUCTION_GATES = frozenset({"coding", "sampled", "config_echo"})
 LOSSLESS_GATES = frozenset({"lossless"})
@@ -136,13 +132,6 @@ def check_mode(mode: str) -> str:
 def resolve(mode: str, target: Target) -> LosslessRestart:
     """The mode for ``target``: whether its inventory already deploys deterministic inference."""
     return LosslessRestart(check_mode(mode), inventory_deterministic=target.var(DETERMINISTIC_VAR) is True)
-
-
-def stored_mode(plan: Mapping[str, Any]) -> str | None:
-    """The mode a stored ``plan.json`` was run with (None: planned before the option existed)."""
-    block = plan.get("lossless_restart")
-    mode = block.get("mode") if isinstance(block, Mapping) else None
-    return str(mode) if mode is not None else None
 
 
 def resume_mode(given: str | None, stored: Mapping[str, Any] | None, *, run: str) -> str:

@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from repro_py.results.lossless_mode import SEPARATE
 from repro_py.sampling_settings import Sampling
 from repro_py.spec_config import SpecConfigError
 from repro_py.sweep.benchplan import BenchPlan
@@ -18,7 +19,7 @@ from repro_py.sweep.errors import PlanError
 from repro_py.sweep.estimate import estimate, estimate_basis
 from repro_py.sweep.grid import PlannedConfig, describe, run_order, validate_all, validate_config
 from repro_py.sweep.inventory import Target
-from repro_py.sweep.lossless_restart import SEPARATE, LosslessRestart, resolve
+from repro_py.sweep.lossless_restart import LosslessRestart, resolve
 
 
 @dataclasses.dataclass(frozen=True)

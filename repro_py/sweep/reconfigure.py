@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from repro_py.ansibleaccess import AnsibleAccess, runner_env
+from repro_py.results.failures import FAILED_TO_START, INVALID_CONFIG
 from repro_py.sweep.extravars import DETERMINISTIC_VAR
-from repro_py.sweep.failures import FAILED_TO_START, INVALID_CONFIG
 from repro_py.sweep.grid import PlannedConfig
 from repro_py.sweep.inventory import Target
 

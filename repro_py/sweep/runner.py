@@ -1,8 +1,8 @@
 """The sweep loop: per config reconfigure -> server info -> benchmark -> gates -> atomic write.
 
-Every config ends in a result file (:mod:`repro_py.sweep.result_schema`) with
+Every config ends in a result file (:mod:`repro_py.results.schema`) with
 ``status`` ``ok`` or ``failed``; a failure carries its class and reason
-(:mod:`repro_py.sweep.failures`).
+(:mod:`repro_py.results.failures`).
 
 A :class:`Measure` may decline to gate a config (its gates result then says
 ``"skipped": true`` with a ``reason``, e.g. a tuner that stopped measuring a
@@ -46,6 +46,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColum
 from rich.text import Text
 
 from repro_py.atomicio import write_json_atomic
+from repro_py.results.schema import ConfigResult
 from repro_py.sweep import fingerprint, state
 from repro_py.sweep.configrun import ConfigRun
 from repro_py.sweep.errors import Interrupted
@@ -54,7 +55,6 @@ from repro_py.sweep.grid import PlannedConfig
 from repro_py.sweep.measure import Measure
 from repro_py.sweep.plan import Plan
 from repro_py.sweep.reconfigure import ReconfigureOutcome, Reconfigurer
-from repro_py.sweep.result_schema import ConfigResult
 
 RESTORE_LABEL = "restore-default"
 _T = TypeVar("_T")

@@ -14,7 +14,7 @@
     summary.md summary.csv plots/*.png MANIFEST.sha256
 
 A config is *done* when ``configs/<label>.json`` exists, loads on the result
-schema (:mod:`repro_py.sweep.result_schema`), and its fingerprint matches
+schema (:mod:`repro_py.results.schema`), and its fingerprint matches
 the current one on :data:`fingerprint.RESUME_KEYS`.
 A config interrupted mid-way has no result file, so ``--resume`` reruns it.
 """
@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from repro_py.atomicio import write_json_atomic
+from repro_py.results.schema import ConfigResult, ResultError, load_result
 from repro_py.sweep import fingerprint
-from repro_py.sweep.result_schema import ConfigResult, ResultError, load_result
 
 STATE_RUNNING = "running"
 STATE_INTERRUPTED = "interrupted"

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
-import json
+import functools
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,35 +20,28 @@ from typing import Any
 
 from rich.console import Console
 
-from repro_py import manifest, sampling_settings
+from repro_py import manifest
 from repro_py.atomicio import write_json_atomic
 from repro_py.cliparse import parse_or_exit_code
 from repro_py.exitcodes import ExitCode
-from repro_py.sampling_settings import Sampling
-from repro_py.sweep.lease import TAKEOVER_FLAG, HostLease
-from repro_py.sweep.lease import take as take_lease
+from repro_py.sweep.lease import TAKEOVER_FLAG
+from repro_py.sweep.restarter import open_reconfigurer
 from repro_py.tune import ladder as laddermod
 from repro_py.tune import objectives as objmod
-from repro_py.tune import summary, writeback
-from repro_py.tune.commands import RECONFIGURERS, resolve_run_settings, run_options
-from repro_py.tune.loop import Budget, TuneLoop, budget_problem
-from repro_py.tune.noise import DEFAULT_CONFIDENCE, DEFAULT_FLOOR_CV, NoiseModel
+from repro_py.tune import proposals, summary, writeback
+from repro_py.tune.commands import RECONFIGURERS, run_options
+from repro_py.tune.loop import TuneLoop
+from repro_py.tune.noise import DEFAULT_CONFIDENCE, DEFAULT_FLOOR_CV
 from repro_py.tune.outcome import search_document
 from repro_py.tune.report import write_report
+from repro_py.tune.runsetup import DEFAULT_MAX_RESTARTS, TuneRun, new_search, run_from_args
 from repro_py.tune.search import Search
-from repro_py.tune.settings import TuneSettings
-from repro_py.tune.space import Space, load_space, validated
 from repro_py.tune.sweepio import (
-    RUN_ID_RE,
     STATE_COMPLETE,
     STATE_INTERRUPTED,
-    AnsibleReconfigurer,
-    BenchPlan,
     BundleMeasure,
     IsolationUnavailable,
-    Plan,
     PlanError,
-    PlannedConfig,
     RunDir,
     Target,
     add_inventory_arguments,
@@ -57,20 +49,15 @@ from repro_py.tune.sweepio import (
     build_report,
     coding_sandbox,
     default_run_id,
-    latest_resumable,
-    local_reconfigurer,
-    make_plan,
-    parse_extra_vars,
     print_gates,
     print_resume,
     refuse_unisolated,
-    resume_mode,
     source_args,
-    target_from_args,
 )
 
-DEFAULT_MAX_RESTARTS = 12
 TOOL = "repro_py.tune"
+#: the repository (playbooks, roles, inventories) the plays run from
+BUNDLE = Path(__file__).resolve().parents[2]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,6 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("inventory", type=Path, help="Ansible inventory (e.g. inventory/local)")
     add_inventory_arguments(p)
+    _add_search_arguments(p)
+    _add_run_arguments(p)
+    return p
+
+
+def _add_search_arguments(p: argparse.ArgumentParser) -> None:
+    """What to search for and how closely: objectives, space, budget, SLOs, the ladder, confidence, sampling."""
     p.add_argument(
         "--objective",
         action="append",
@@ -161,6 +155,10 @@ def build_parser() -> argparse.ArgumentParser:
         "refuses temperature > 0 today, see docs/tune.md)",
     )  # fmt: skip
     p.add_argument("--top-p", type=float, help="top_p of every benchmark request, in (0, 1] (default 1)")
+
+
+def _add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """How the run goes: its directory, resume, dry run, write-back, restore, reconfigurer, report, sandbox."""
     p.add_argument("--run-id", help="name of the run directory (default: <UTC time>-<host>)")
     p.add_argument("--results", type=Path, default=Path("results"), help="results root (default: results/)")
     p.add_argument(
@@ -196,284 +194,60 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-unisolated", action="store_true",
                    help="judge coding candidates even without an isolating sandbox (as for a sweep)")
     p.add_argument(TAKEOVER_FLAG, action="store_true", help="take the host lease over (as for a sweep)")
-    return p
 
 
-def _objective_names(values: Sequence[str]) -> list[str]:
-    return [part.strip() for value in values for part in value.split(",") if part.strip()]
-
-
-def _stored(run_dir: RunDir) -> dict[str, Any] | None:
-    try:
-        doc = json.loads((run_dir.path / "tune" / "settings.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
-
-
-def latest_tuning_run(results_root: Path) -> Path | None:
-    """The most recently updated tuning run under ``results_root`` that did not complete."""
-    return latest_resumable(results_root, where=lambda path: (path / "tune" / "settings.json").is_file())
-
-
-def _settings_from_args(args: argparse.Namespace, space: Space, host: str) -> TuneSettings:
-    all_objectives = objmod.make_objectives(
-        list(objmod.OBJECTIVE_NAMES), concurrency=args.concurrency, long_context=args.long_context
-    )
-    objectives = objmod.make_objectives(
-        _objective_names(args.objective), concurrency=args.concurrency, long_context=args.long_context
-    )
-    slos = tuple(objmod.parse_slo(text) for text in args.slo)
-    ladder = laddermod.make_ladder(
-        full_tokens=args.max_tokens,
-        full_repeats=args.repeats,
-        screen_tokens=args.screen_tokens,
-        screen_repeats=args.screen_repeats,
-    )
-    NoiseModel(floor_cv=args.noise_floor, confidence=args.confidence)  # validates both
-    return TuneSettings(
-        host=host,
-        objectives=objectives,
-        all_objectives=all_objectives,
-        slos=slos,
-        ladder=ladder,
-        confidence=args.confidence,
-        floor_cv=args.noise_floor,
-        space=space,
-        budget=Budget(max_restarts=args.max_restarts, max_hours=args.max_hours, restore=not args.no_restore),
-        sampling=sampling_from_args(args),
-        lossless_restart=resume_mode(args.lossless_restart, None, run="-"),
-    )
-
-
-def sampling_from_args(args: argparse.Namespace) -> Sampling:
-    """``--temperature``/``--top-p`` (default greedy); a bad value is a PlanError naming it and the range."""
-    try:
-        return sampling_settings.parse(args.temperature, args.top_p)
-    except sampling_settings.SamplingError as exc:
-        raise PlanError([f"--temperature/--top-p: {p}" for p in exc.problems]) from exc
-
-
-def sampled_space(target: Target, space: Space, sampling: Sampling) -> Space:
-    """The space with the run's sampling setting on every config (part of each label, never of the restart);
-    a config that names its own keeps it."""
-    if sampling.default:
-        return space
-    raws = [{**sampling.short(), **raw} for raw in space.raws]
-    return validated(target, raws, source=space.source, capped=space.capped)
-
-
-def _with_current_config(settings: TuneSettings, current: PlannedConfig | None) -> TuneSettings:
-    """Every run measures the inventory's current config (the one to beat): it must name one, and it joins
-    the space when the space lacks it."""
-    if current is None:
-        raise PlanError(
-            [
-                "the inventory has no sweep_default_config: the tuner measures the current config as the one to "
-                "beat (in two restarts, which also measure the between-restart noise); set it to the config the "
-                "host runs, e.g. sweep_default_config: {algorithm: ddtree, budget: 8, topk: 4, window: 2048}"
-            ]
-        )
-    return dataclasses.replace(settings, space=settings.space.including(current))
-
-
-def _deployed(plan: Plan, settings: TuneSettings) -> PlannedConfig | None:
-    """The inventory's current config at the run's sampling setting (as every config of the space)."""
-    return plan.default_config and dataclasses.replace(plan.default_config, sampling=settings.sampling)
-
-
-def _search(settings: TuneSettings, plan: Plan) -> Search:
-    return Search(settings.space, settings.search_settings(), settings.noise_model(), default=_deployed(plan, settings))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parsed = parse_or_exit_code(build_parser(), argv)
-    if isinstance(parsed, int):
-        return parsed
-    args = parsed
-    console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
-    out = Console(width=None if sys.stdout.isatty() else 160)
-    bundle = Path(__file__).resolve().parents[2]
-    results_root: Path = args.results
-    try:
-        if args.run_id is not None and not RUN_ID_RE.match(args.run_id):
-            raise PlanError([f"--run-id {args.run_id!r}: letters, digits, '.', '_' and '-' only"])
-        run_dir: RunDir | None = None
-        stored: dict[str, Any] | None = None
-        if args.resume:
-            found = results_root / args.run_id if args.run_id else latest_tuning_run(results_root)
-            if found is None:
-                raise PlanError([f"--resume: no unfinished tuning run under {results_root}; pass --run-id"])
-            run_dir = RunDir(found)
-            stored = _stored(run_dir)
-            if stored is None:
-                raise PlanError([f"--resume: {run_dir.path / 'tune' / 'settings.json'} is missing or unreadable"])
-        run_opts, problems = resolve_run_settings(
-            args.reconfigurer, parse_extra_vars(args.extra_var), args.limit_hosts, stored
-        )
-        target = target_from_args(args, run_opts["extra_vars"], limit=run_opts["limit_hosts"])
-        if run_opts["reconfigurer"] == "local" and not target.simulated:
-            problems.append("--reconfigurer local runs the simulated engine; this inventory's engine is real")
-        if problems:
-            raise PlanError(problems)
-        if stored is not None and run_dir is not None:
-            if stored.get("host") != target.host:
-                raise PlanError([f"--resume: run {run_dir.run_id} tuned host {stored.get('host')}, not {target.host}"])
-            settings = TuneSettings.from_dict(stored, target, args)
-        else:
-            if not args.objective:
-                raise PlanError([f"--objective is required; allowed: {', '.join(objmod.OBJECTIVE_NAMES)}"])
-            space = sampled_space(target, load_space(target, args.space), sampling_from_args(args))
-            settings = _settings_from_args(args, space, target.host)
-            if settings.budget.max_restarts is None and settings.budget.max_hours is None:
-                settings = dataclasses.replace(
-                    settings, budget=dataclasses.replace(settings.budget, max_restarts=DEFAULT_MAX_RESTARTS)
-                )
-        extra_vars: dict[str, object] = run_opts["extra_vars"]
-        cells = settings.bench_cells()
-        plan = make_plan(
-            target,
-            list(settings.space.raws),
-            grid_source=f"tune space: {settings.space.source}",
-            bench=BenchPlan(
-                contexts=tuple(sorted({c.context for c in cells})),
-                concurrency=tuple(sorted({c.concurrency for c in cells})),
-                repeats=settings.ladder[-1].repeats,
-                max_tokens=settings.ladder[-1].max_tokens,
-            ),
-            results_root=results_root,
-            sampling=settings.sampling,
-            lossless_mode=settings.lossless_restart,
-        )
-        settings = _with_current_config(settings, _deployed(plan, settings))
-        per_config = plan.lossless_restart.restarts_per_config
-        budget_issue = budget_problem(_search(settings, plan), settings.budget, per_config)
-        if budget_issue is not None:
-            raise PlanError([budget_issue])
-    except (PlanError, objmod.ObjectiveError, laddermod.LadderError, ValueError) as exc:
-        problems = exc.problems if isinstance(exc, PlanError) else [str(exc)]
-        console.print("[red]the tuning run was refused; nothing was restarted:[/]")
-        for problem in problems:
-            console.print(f"  - {problem}", markup=False, highlight=False)
-        return ExitCode.USAGE
-
-    try:
-        sandbox = coding_sandbox(allow_unisolated=args.allow_unisolated)
-    except IsolationUnavailable as exc:
-        return refuse_unisolated(console, exc)
-    run_id = run_dir.run_id if run_dir else (args.run_id or default_run_id(target))
-    search, preview = _search(settings, plan), _search(settings, plan)
-    first = ["(continues the stored search)"] if args.resume else []
-    for _ in range(0 if args.resume else 3):
-        proposal = preview.propose()
+def _preview(run: TuneRun, resume: bool) -> list[str]:
+    """The first configs the search will restart (a fresh search's first three), for the printed plan."""
+    if resume:
+        return ["(continues the stored search)"]
+    preview, first = new_search(run.settings, run.plan), []
+    for _ in range(3):
+        proposal = proposals.propose(preview)
         if proposal is None:
             break
         preview.start(proposal)
         first.append(proposal.cfg.label)
-    summary.print_plan(out, settings, plan, run_id, first)
-    print_gates(out, sandbox, plan)
-    if args.dry_run:
-        return ExitCode.OK
+    return first
 
-    if run_dir is None:
-        run_dir = RunDir(results_root / run_id)
-        if run_dir.path.exists():
-            console.print(f"[red]{run_dir.path} exists; pass --resume to continue it or another --run-id[/]")
-            return ExitCode.USAGE
-    reconfigurer: Any
-    lease: HostLease | None = None  # one host lease for the whole run (repro_py.sweep.lease)
-    if run_opts["reconfigurer"] == "local":
-        local_target, reconfigurer = local_reconfigurer(plan.target)
-        plan = dataclasses.replace(plan, target=local_target)
-    else:
-        reconfigurer = AnsibleReconfigurer(bundle, plan.target, limit=args.limit_hosts, extra_vars=extra_vars)
-        if not reconfigurer.available():
-            console.print(f"[red]{reconfigurer.playbook} does not exist[/]")
-            return ExitCode.USAGE
-        command = ["python", "-m", TOOL, *(sys.argv[1:] if argv is None else argv)]
-        lease = take_lease(reconfigurer, run_id, takeover=args.take_over_lease, console=console, command=command)
-        if lease is None:
-            return ExitCode.LEASED
+
+def _write_run_files(run: TuneRun, run_dir: RunDir, run_id: str, sandbox: dict[str, Any]) -> dict[str, Any]:
+    """``tune/settings.json`` (with the reconfigurer, extra vars and host limit: what --resume and printed commands
+    keep) and, unless it is there, ``plan.json``; the settings document."""
     run_dir.path.mkdir(parents=True, exist_ok=True)
-    settings_doc = settings.as_dict()
-    settings_doc.update(run_opts)  # reconfigurer, extra vars, host limit: what --resume and printed commands keep
-    options = run_options(settings_doc)
+    settings_doc = run.settings.as_dict()
+    settings_doc.update(run.run_opts)
     write_json_atomic(run_dir.path / "tune" / "settings.json", settings_doc)
-    plan_doc = plan.as_dict(run_id)
+    plan_doc = run.plan.as_dict(run_id)
     plan_doc.update(
-        configs=[], extra_vars=extra_vars, reconfigurer=run_opts["reconfigurer"], tool=TOOL, sandbox=sandbox
-    )
+        configs=[], extra_vars=run.run_opts["extra_vars"], reconfigurer=run.run_opts["reconfigurer"], tool=TOOL,
+        sandbox=sandbox,
+    )  # fmt: skip
     if not run_dir.plan.is_file():
         write_json_atomic(run_dir.plan, plan_doc)
+    return settings_doc
 
-    measure = BundleMeasure(
-        gates_kwargs={"allow_unisolated": args.allow_unisolated}, sampled_reference=run_dir.sampled_reference
-    )
-    loop = TuneLoop(plan, search, run_dir, reconfigurer, measure, bundle=bundle, budget=settings.budget,
-                    console=console)
-    finished = (
-        args.resume
-        and run_dir.read_state().get("status") == STATE_COMPLETE
-        and not (args.max_restarts or args.max_hours)
-    )
-    try:
-        if finished:
-            loop.replay()
-            outcome_stop = str(run_dir.read_state().get("stop_reason") or "complete")
-            restore: dict[str, Any] | None = run_dir.read_state().get("restore")
-            interrupted = False
-        else:
-            result = asyncio.run(loop.run())
-            outcome_stop, restore, interrupted = result.stop_reason, result.restore, result.interrupted
-    except KeyboardInterrupt:
-        run_dir.write_state(STATE_INTERRUPTED, reason="KeyboardInterrupt")
-        print_resume(
-            console, "interrupted", str(args.inventory), run_id, tool=TOOL, results=results_root,
-            sources=source_args(target), options=options,
-        )  # fmt: skip
-        return ExitCode.INTERRUPTED
-    finally:
-        reconfigurer.close()
-        if lease is not None:
-            console.print(lease.release(), markup=False, highlight=False)
-    if interrupted:
-        print_resume(
-            console,
-            f"interrupted after {len(search.records)} configs; results so far in {run_dir.path}",
-            str(args.inventory),
-            run_id,
-            tool=TOOL,
-            results=results_root,
-            sources=source_args(target),
-            options=options,
-        )
-        return ExitCode.INTERRUPTED
 
-    search.fit_surrogates()
-    restarts = loop.restarts_used() + (1 if (restore or {}).get("status") in ("ok", "failed") else 0)
-    doc = search_document(search, stop_reason=outcome_stop, settings=settings_doc, restarts=restarts)
-    console.print(f"tuning {run_id}: {len(search.records)} configs restarted of {len(settings.space)}; {outcome_stop}")
-    summary.print_winners(out, search)
-    for versus in doc["versus"]:
-        out.print(f"- {versus['title']}: {versus['text']}", highlight=False)
-    if not args.no_report:
-        build_report(run_dir.path)
-        paths = write_report(doc, run_dir.path)
-        manifest.write(run_dir.path)
-        console.print(
-            f"report: {paths['report_md']}  (sweep view: {run_dir.path / 'summary.md'})  manifest: "
-            f"{run_dir.path / manifest.MANIFEST_NAME}"
-        )
-    else:
-        write_json_atomic(run_dir.path / "tune" / "search.json", doc)
-    code = ExitCode.OK
-    if (restore or {}).get("status") == "failed":
-        console.print(f"[red]restoring the default config failed: {(restore or {}).get('reason')}[/]")
-        code = ExitCode.FAILURE
+def _finish(
+    args: argparse.Namespace, search: Search, run_dir: RunDir, doc: dict[str, Any], console: Console
+) -> None:
+    """The reports and the manifest (unless ``--no-report``: then only ``tune/search.json``)."""
     if args.no_report:
-        console.print("[yellow]--no-report: no manifest, so nothing is written back (provenance needs it)[/]")
-        return code
-    wrote = writeback.offer(
+        write_json_atomic(run_dir.path / "tune" / "search.json", doc)
+        return
+    build_report(run_dir.path)
+    paths = write_report(doc, run_dir.path)
+    manifest.write(run_dir.path)
+    console.print(
+        f"report: {paths['report_md']}  (sweep view: {run_dir.path / 'summary.md'})  manifest: "
+        f"{run_dir.path / manifest.MANIFEST_NAME}"
+    )
+
+
+def _offer_write_back(
+    args: argparse.Namespace, search: Search, run_dir: RunDir, *, target: Target, options: list[str], console: Console
+) -> int:
+    """Show the winner's change to the inventory, and write it with ``--write`` or when asked (a terminal)."""
+    return writeback.offer(
         console,
         search,
         run_dir,
@@ -484,6 +258,107 @@ def main(argv: Sequence[str] | None = None) -> int:
         ask=not args.no_write and sys.stdin.isatty(),
         options=options,
     )
+
+
+def _run_loop(loop: TuneLoop, run_dir: RunDir, args: argparse.Namespace) -> tuple[str, dict[str, Any] | None, bool]:
+    """Search (a finished run resumed without a larger budget: replay its results); (stop reason, restore,
+    interrupted)."""
+    finished = (
+        args.resume
+        and run_dir.read_state().get("status") == STATE_COMPLETE
+        and not (args.max_restarts or args.max_hours)
+    )
+    if finished:
+        loop.replay()
+        return str(run_dir.read_state().get("stop_reason") or "complete"), run_dir.read_state().get("restore"), False
+    result = asyncio.run(loop.run())
+    return result.stop_reason, result.restore, result.interrupted
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parsed = parse_or_exit_code(build_parser(), argv)
+    if isinstance(parsed, int):
+        return parsed
+    args = parsed
+    console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+    out = Console(width=None if sys.stdout.isatty() else 160)
+    results_root: Path = args.results
+    try:
+        run = run_from_args(args)
+    except (PlanError, objmod.ObjectiveError, laddermod.LadderError, ValueError) as exc:
+        problems = exc.problems if isinstance(exc, PlanError) else [str(exc)]
+        console.print("[red]the tuning run was refused; nothing was restarted:[/]")
+        for problem in problems:
+            console.print(f"  - {problem}", markup=False, highlight=False)
+        return ExitCode.USAGE
+    settings, target, run_dir = run.settings, run.target, run.run_dir
+
+    try:
+        sandbox = coding_sandbox(allow_unisolated=args.allow_unisolated)
+    except IsolationUnavailable as exc:
+        return refuse_unisolated(console, exc)
+    run_id = run_dir.run_id if run_dir else (args.run_id or default_run_id(target))
+    search = new_search(settings, run.plan)
+    summary.print_plan(out, settings, run.plan, run_id, _preview(run, args.resume))
+    print_gates(out, sandbox, run.plan)
+    if args.dry_run:
+        return ExitCode.OK
+
+    if run_dir is None:
+        run_dir = RunDir(results_root / run_id)
+        if run_dir.path.exists():
+            console.print(f"[red]{run_dir.path} exists; pass --resume to continue it or another --run-id[/]")
+            return ExitCode.USAGE
+    chosen = open_reconfigurer(  # one host lease for the whole run (repro_py.sweep.lease)
+        run.run_opts["reconfigurer"], run.plan, bundle=BUNDLE, limit=args.limit_hosts,
+        extra_vars=run.run_opts["extra_vars"], run_id=run_id, takeover=args.take_over_lease, console=console,
+        command=["python", "-m", TOOL, *(sys.argv[1:] if argv is None else argv)],
+    )  # fmt: skip
+    if isinstance(chosen, ExitCode):
+        return chosen
+    plan, reconfigurer, lease = chosen
+    settings_doc = _write_run_files(run, run_dir, run_id, sandbox)
+    options = run_options(settings_doc)
+
+    measure = BundleMeasure(
+        gates_kwargs={"allow_unisolated": args.allow_unisolated}, sampled_reference=run_dir.sampled_reference
+    )
+    loop = TuneLoop(plan, search, run_dir, reconfigurer, measure, bundle=BUNDLE, budget=settings.budget,
+                    console=console)
+    resume_line = functools.partial(
+        print_resume, console, tool=TOOL, results=results_root, sources=source_args(target), options=options
+    )
+    try:
+        outcome_stop, restore, interrupted = _run_loop(loop, run_dir, args)
+    except KeyboardInterrupt:
+        run_dir.write_state(STATE_INTERRUPTED, reason="KeyboardInterrupt")
+        resume_line("interrupted", str(args.inventory), run_id)
+        return ExitCode.INTERRUPTED
+    finally:
+        reconfigurer.close()
+        if lease is not None:
+            console.print(lease.release(), markup=False, highlight=False)
+    if interrupted:
+        what = f"interrupted after {len(search.records)} configs; results so far in {run_dir.path}"
+        resume_line(what, str(args.inventory), run_id)
+        return ExitCode.INTERRUPTED
+
+    proposals.fit_surrogates(search)
+    restarts = loop.restarts_used() + (1 if (restore or {}).get("status") in ("ok", "failed") else 0)
+    doc = search_document(search, stop_reason=outcome_stop, settings=settings_doc, restarts=restarts)
+    console.print(f"tuning {run_id}: {len(search.records)} configs restarted of {len(settings.space)}; {outcome_stop}")
+    summary.print_winners(out, search)
+    for versus in doc["versus"]:
+        out.print(f"- {versus['title']}: {versus['text']}", highlight=False)
+    _finish(args, search, run_dir, doc, console)
+    code = ExitCode.OK
+    if (restore or {}).get("status") == "failed":
+        console.print(f"[red]restoring the default config failed: {(restore or {}).get('reason')}[/]")
+        code = ExitCode.FAILURE
+    if args.no_report:
+        console.print("[yellow]--no-report: no manifest, so nothing is written back (provenance needs it)[/]")
+        return code
+    wrote = _offer_write_back(args, search, run_dir, target=target, options=options, console=console)
     return code if wrote == ExitCode.OK else wrote
 
 

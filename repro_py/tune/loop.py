@@ -36,6 +36,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from repro_py.atomicio import write_json_atomic
+from repro_py.tune import proposals
 from repro_py.tune.measure import TunerMeasure
 from repro_py.tune.outcome import latest_figures, outcome_text
 from repro_py.tune.records import RepeatedConfig
@@ -271,7 +272,7 @@ class TuneLoop:
             if stop is not None:
                 outcome.stop_reason = stop
                 break
-            proposal = self.search.propose(self.remaining(), self.plan.lossless_restart.restarts_per_config)
+            proposal = proposals.propose(self.search, self.remaining(), self.plan.lossless_restart.restarts_per_config)
             if proposal is None:
                 outcome.stop_reason = self.search.stop_reason or "nothing left to propose"
                 break

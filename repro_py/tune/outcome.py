@@ -83,7 +83,7 @@ def predictions(search: Search) -> dict[str, list[dict[str, Any]]]:
 def versus_current(search: Search) -> list[dict[str, Any]]:
     """Each winner against the inventory's current config (:func:`repro_py.tune.verdict.versus_current`)."""
     out = []
-    for won in search.winners():
+    for won in verdict.winners(search):
         versus = verdict.versus_current(search, won)
         if versus is not None:
             out.append(versus.as_dict())
@@ -124,7 +124,7 @@ def search_document(search: Search, *, stop_reason: str, settings: dict[str, Any
         "restarts": restarts,
         "configs_measured": len(records),
         "space_size": len(search.space),
-        "winners": [w.as_dict() for w in search.winners()],
+        "winners": [w.as_dict() for w in verdict.winners(search)],
         "noise": noise_document(search),
         "surrogates": {key: s.describe() for key, s in search.surrogates.items()},
         "predictions": predictions(search),

@@ -31,30 +31,18 @@ exhausted or nothing is left to check; the loop enforces the budgets.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from repro_py.bench.prompts import prompt_tolerance
 from repro_py.tune.objectives import Objective
-from repro_py.tune.records import GATES_FAIL, OK, RepeatedConfig
+from repro_py.tune.records import GATES_FAIL, OK, Proposal, RepeatedConfig
+from repro_py.tune.search import Search
 from repro_py.tune.surrogate import Observation, Surrogate, accept_features
 from repro_py.tune.sweepio import PlannedConfig
-
-if TYPE_CHECKING:
-    from repro_py.tune.search import Search
-
-
-@dataclasses.dataclass(frozen=True)
-class Proposal:
-    cfg: PlannedConfig
-    reason: str
-    objective: str | None = None
-    predicted: float | None = None  # surrogate mean (screen scale), tok/s
-    upper: float | None = None
 
 
 def longest_sequence(search: Search) -> int:
@@ -185,6 +173,9 @@ def local_check(search: Search, pool: list[PlannedConfig]) -> Proposal | None:
 
 
 def propose(search: Search, remaining: int | None = None, per_config: int = 1) -> Proposal | None:
+    """The next config to restart, or None (``search.stop_reason`` says why); ``remaining``: restarts left for
+    configs (the restore already set aside), when the budget counts restarts; ``per_config``: the restarts
+    a gated candidate may take."""
     pool = unmeasured(search)
     baseline = next((c for c in pool if c.spec.algorithm == "none"), None)
     if baseline is not None and (search.default is None or search.default.spec.algorithm != "none"):

@@ -24,6 +24,18 @@ GATES_FAIL = "FAIL"
 GATES_NOT_RUN = "not run"
 
 
+@dataclasses.dataclass(frozen=True)
+class Proposal:
+    """A config to restart and why (:mod:`repro_py.tune.proposals` makes them); with the surrogate's prediction
+    when one made it."""
+
+    cfg: PlannedConfig
+    reason: str
+    objective: str | None = None
+    predicted: float | None = None  # surrogate mean (screen scale), tok/s
+    upper: float | None = None
+
+
 #: The label suffix of a repeated restart of the reference: ``<label>.r2`` is its second restart.
 REPEAT_MARK = ".r"
 

@@ -5,7 +5,8 @@ Within a restart, :meth:`Search.judge` applies the racing rule of
 config that survives the last rung is gated (coding, lossless, sampled, config echo)
 before it can win (:meth:`Search.wants_gates`), and :meth:`Search.finish`
 records how it ended from its result file (also what ``--resume`` replays).
-Which config to restart next is :mod:`repro_py.tune.proposals`.
+Which config to restart next is :mod:`repro_py.tune.proposals`, who wins :mod:`repro_py.tune.verdict`: both
+read this state, which knows neither.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from repro_py.tune import proposals, verdict
 from repro_py.tune.ladder import Rung, race
 from repro_py.tune.noise import Estimate, NoiseModel
 from repro_py.tune.objectives import (
@@ -29,13 +29,13 @@ from repro_py.tune.objectives import (
     step_values,
 )
 from repro_py.tune.projection import projected_values
-from repro_py.tune.proposals import Proposal
 from repro_py.tune.records import (
     FAILED,
     GATES_FAIL,
     GATES_NOT_RUN,
     GATES_PASS,
     OK,
+    Proposal,
     Record,
     RepeatedConfig,
     RungData,
@@ -44,7 +44,6 @@ from repro_py.tune.records import (
 from repro_py.tune.space import Space
 from repro_py.tune.surrogate import Surrogate
 from repro_py.tune.sweepio import GATE_FAILED, PlannedConfig
-from repro_py.tune.verdict import Winner
 
 DEFAULT_INIT_DESIGN = 4
 DEFAULT_KAPPA = 2.0
@@ -382,22 +381,3 @@ class Search:
                 if est is not None:
                     out.append((rec, est))
         return sorted(out, key=lambda item: (-item[1].mean, item[0].order))
-
-    def winners(self) -> list[Winner]:
-        """Per objective: the best eligible config and how it stands against the runner-up (:mod:`verdict`)."""
-        return [verdict.winner(self, obj) for obj in self.settings.objectives]
-
-    # ------------------------------------------------------------ proposals (repro_py.tune.proposals)
-
-    def propose(self, remaining: int | None = None, per_config: int = 1) -> Proposal | None:
-        """The next config to restart, or None (``stop_reason`` says why); ``remaining``: restarts left for
-        configs (the restore already set aside), when the budget counts restarts; ``per_config``: the restarts
-        a gated candidate may take."""
-        return proposals.propose(self, remaining, per_config)
-
-    def fit_surrogates(self) -> dict[str, Surrogate]:
-        """Fit (or refit) the surrogate of every objective on the screened configs so far (for the report)."""
-        return proposals.fit_surrogates(self)
-
-    def equivalence_key(self, cfg: PlannedConfig) -> tuple[object, ...]:
-        return proposals.equivalence_key(self, cfg)

@@ -7,6 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from repro_py.tune import verdict
 from repro_py.tune.search import Search
 from repro_py.tune.settings import TuneSettings, estimate_lines
 
@@ -30,7 +31,7 @@ def print_winners(out: Console, search: Search) -> None:
     table = Table(title="winners")
     for col in ("objective", "winner", "tok/s (interval)", "runner-up", "margin", "confidence"):
         table.add_column(col)
-    for w in search.winners():
+    for w in verdict.winners(search):
         table.add_row(
             w.objective.title,
             w.label or "-",

@@ -14,28 +14,20 @@ from __future__ import annotations
 from repro_py.codeeval.sandbox import IsolationUnavailable
 from repro_py.gates import GATE_NAMES
 from repro_py.report.render import build_report
+from repro_py.results.failures import GATE_FAILED
 from repro_py.sweep.benchplan import BenchPlan
-from repro_py.sweep.cli import (
-    RUN_ID_RE,
-    default_run_id,
-    local_reconfigurer,
-    parse_extra_vars,
-    print_gates,
-    print_resume,
-    refuse_unisolated,
-    resume_command,
-)
+from repro_py.sweep.cmdline import RUN_ID_RE, default_run_id, parse_extra_vars
 from repro_py.sweep.errors import PlanError
 from repro_py.sweep.estimate import format_duration
-from repro_py.sweep.failures import GATE_FAILED
 from repro_py.sweep.fingerprint import controller_fingerprint
 from repro_py.sweep.grid import SIM_FAULT_KEY, PlannedConfig, expand_grid, validate_all, validate_config
 from repro_py.sweep.inventory import Target, load_target, reload_target, source_args, target_from_args
 from repro_py.sweep.inventory import add_arguments as add_inventory_arguments
-from repro_py.sweep.localproc import LocalProcessReconfigurer
+from repro_py.sweep.localproc import LocalProcessReconfigurer, local_reconfigurer
 from repro_py.sweep.lossless_restart import LOSSLESS_GATES, LosslessRestart, restarts_of, resume_mode
 from repro_py.sweep.lossless_restart import add_argument as add_lossless_restart
 from repro_py.sweep.measure import BundleMeasure, Measure, coding_sandbox
+from repro_py.sweep.messages import print_gates, print_resume, refuse_unisolated, resume_command
 from repro_py.sweep.plan import Plan, make_plan
 from repro_py.sweep.reconfigure import AnsibleReconfigurer, Reconfigurer
 from repro_py.sweep.runner import Interrupted, SweepOptions, SweepRunner

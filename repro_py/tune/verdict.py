@@ -19,14 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from repro_py.tune.noise import Estimate, prob_greater
 from repro_py.tune.objectives import Objective
 from repro_py.tune.records import FAILED, GATES_FAIL
-
-if TYPE_CHECKING:
-    from repro_py.tune.search import Search
+from repro_py.tune.search import Search
 
 #: Two configs whose difference is shown (at the run's confidence) to be inside this band are interchangeable.
 EQUIVALENCE_MARGIN = 0.02
@@ -100,6 +98,11 @@ def winner(search: Search, obj: Objective) -> Winner:
     runner, runner_est = rest[0]
     note = runner_up_note(best_est, runner.label, runner_est, search.noise.confidence)
     return Winner(obj, best.label, best_est, runner.label, runner_est, prob_greater(best_est, runner_est), note)
+
+
+def winners(search: Search) -> list[Winner]:
+    """Per objective: the best eligible config and how it stands against the runner-up."""
+    return [winner(search, obj) for obj in search.settings.objectives]
 
 
 @dataclasses.dataclass(frozen=True)

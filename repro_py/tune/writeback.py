@@ -152,7 +152,7 @@ def offer(
     current config; write it when ``write`` (or the answer to the question, when ``ask``); the exit code.
     ``options``: the run's own settings the printed command keeps (``--reconfigurer local``, ``-e``)."""
     primary = search.settings.objectives[0]
-    winner = next(w for w in search.winners() if w.objective.key == primary.key)
+    winner = next(w for w in verdict.winners(search) if w.objective.key == primary.key)
     if winner.label is None or winner.estimate is None:
         console.print(f"[yellow]nothing to write back: no winner for {primary.key} ({winner.note})[/]")
         return ExitCode.OK

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from repro_py.simengine.testing import REPO_ROOT, Engine, EngineGroup
+from repro_py.simengine.process import REPO_ROOT, Engine
+from repro_py.simengine.testing import EngineGroup
 
 FAST = ["--sim-load-seconds", "0", "--sim-warmup-seconds", "0"]
 

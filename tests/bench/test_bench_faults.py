@@ -16,7 +16,8 @@ import pytest
 from repro_py.bench.matrix import BenchSettings, run_matrix
 from repro_py.endpoint import Endpoint
 from repro_py.exitcodes import ExitCode
-from repro_py.simengine.testing import REPO_ROOT, Engine, ddtree_flags
+from repro_py.simengine.process import REPO_ROOT, Engine
+from repro_py.simengine.testing import ddtree_flags
 from tests.bench.conftest import bench_and_kill
 
 Factory = Callable[[list[str]], Engine]

@@ -16,7 +16,7 @@ import yaml
 from repro_py.bench import cli as bench_cli
 from repro_py.exitcodes import ExitCode
 from repro_py.gates import cli as gates_cli
-from repro_py.simengine.testing import Engine
+from repro_py.simengine.process import Engine
 
 KEY = "bench-key-0c9e1f"
 ADMIN = "bench-admin-77ab02"

@@ -20,7 +20,8 @@ from repro_py.bench.counters import CounterSnapshot
 from repro_py.bench.liveness import repeat_trouble, server_identity
 from repro_py.endpoint import Endpoint
 from repro_py.exitcodes import ExitCode
-from repro_py.simengine.testing import Engine, ddtree_flags
+from repro_py.simengine.process import Engine
+from repro_py.simengine.testing import ddtree_flags
 from tests.bench.conftest import bench_and_kill
 
 Factory = Callable[[list[str]], Engine]

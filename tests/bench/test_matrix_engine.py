@@ -13,7 +13,8 @@ import pytest
 from repro_py.bench.matrix import BenchSettings, run_matrix
 from repro_py.endpoint import Endpoint
 from repro_py.simengine import perf_model
-from repro_py.simengine.testing import REPO_ROOT, Engine, ddtree_flags
+from repro_py.simengine.process import REPO_ROOT, Engine
+from repro_py.simengine.testing import ddtree_flags
 
 SPEED = "200"
 Factory = Callable[[list[str]], Engine]

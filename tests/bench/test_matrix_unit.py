@@ -11,7 +11,7 @@ from repro_py.bench.client import RequestResult
 from repro_py.bench.figures import repeat_figures, summarize_cell
 from repro_py.bench.matrix import BenchSettings, flush_cache, kv_skip_reason
 from repro_py.endpoint import Endpoint
-from repro_py.simengine.testing import free_port
+from repro_py.simengine.process import free_port
 
 
 def test_kv_skip_states_the_numbers() -> None:

@@ -12,7 +12,8 @@ from collections.abc import Callable
 from repro_py.bench.matrix import BenchSettings, cell_ok, mark_queued, run_matrix
 from repro_py.bench.server_info import ServerInfo
 from repro_py.endpoint import Endpoint
-from repro_py.simengine.testing import Engine, ddtree_flags
+from repro_py.simengine.process import Engine
+from repro_py.simengine.testing import ddtree_flags
 
 Factory = Callable[[list[str]], Engine]
 

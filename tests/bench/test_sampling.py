@@ -13,7 +13,8 @@ from repro_py.bench.client import chat_body
 from repro_py.bench.matrix import BenchSettings, run_matrix
 from repro_py.endpoint import Endpoint
 from repro_py.exitcodes import ExitCode
-from repro_py.simengine.testing import Engine, ddtree_flags
+from repro_py.simengine.process import Engine
+from repro_py.simengine.testing import ddtree_flags
 
 Factory = Callable[[list[str]], Engine]
 DFLASH = ["--speculative-algorithm", "DFLASH", "--speculative-dflash-block-size", "8"]

@@ -59,7 +59,7 @@ def test_the_simulated_engine_echoes_what_the_contract_expects(tmp_path):
     """The third path: the engine started with the contract's flags reports the contract's echo."""
     from repro_py.bench.server_info import ServerInfo  # noqa: PLC0415
     from repro_py.gates.echo import check_echo  # noqa: PLC0415
-    from repro_py.simengine.testing import start_engine  # noqa: PLC0415
+    from repro_py.simengine.process import start_engine  # noqa: PLC0415
 
     for short in ({"budget": 8, "topk": 4, "window": 2048, "block_size": 8},
                   {"algorithm": "dflash", "window": "none", "block_size": 16}, {"algorithm": "none"}):  # fmt: skip
@@ -106,7 +106,7 @@ def test_the_precedence_is_written_once_and_as_the_plugin_applies_it():
 
 
 def test_the_sweep_reserves_the_long_names():
-    from repro_py.sweep.cli import parse_extra_vars  # noqa: PLC0415
+    from repro_py.sweep.cmdline import parse_extra_vars  # noqa: PLC0415
     from repro_py.sweep.errors import PlanError  # noqa: PLC0415
 
     for key, var in spec_config.ROLE_VARS.items():

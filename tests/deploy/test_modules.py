@@ -264,7 +264,8 @@ def test_a_server_that_refuses_sampling_fails_readiness():
 
 @pytest.fixture(scope="module")
 def sim_engines(tmp_path_factory: pytest.TempPathFactory):
-    from repro_py.simengine.testing import ddtree_flags, start_engine  # noqa: PLC0415
+    from repro_py.simengine.process import start_engine  # noqa: PLC0415
+    from repro_py.simengine.testing import ddtree_flags  # noqa: PLC0415
 
     fast = ["--sim-load-seconds", "0.1", "--sim-warmup-seconds", "0.1", "--api-key", "k-1"]
     dflash = ["--speculative-algorithm", "DFLASH", "--speculative-dflash-block-size", "8",

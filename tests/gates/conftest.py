@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from repro_py.simengine.testing import Engine, EngineGroup
+from repro_py.simengine.process import Engine
+from repro_py.simengine.testing import EngineGroup
 
 FAST = ["--sim-load-seconds", "0", "--sim-warmup-seconds", "0", "--sim-speed", "200", "--reasoning-parser", "kimi_k2"]
 

@@ -16,7 +16,8 @@ from repro_py.endpoint import Endpoint
 from repro_py.gates import run_gates, sampled
 from repro_py.gates.coding import run_coding
 from repro_py.gates.lossless import make_reference, run_lossless
-from repro_py.simengine.testing import REPO_ROOT, Engine, ddtree_flags, start_engine
+from repro_py.simengine.process import REPO_ROOT, Engine, start_engine
+from repro_py.simengine.testing import ddtree_flags
 from repro_py.spec_config import validate
 
 Factory = Callable[[list[str]], Engine]

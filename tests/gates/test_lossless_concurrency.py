@@ -14,7 +14,8 @@ import pytest
 
 from repro_py.endpoint import Endpoint
 from repro_py.gates.lossless import PROMPTS, make_reference, request_plan, run_lossless
-from repro_py.simengine.testing import Engine, ddtree_flags
+from repro_py.simengine.process import Engine
+from repro_py.simengine.testing import ddtree_flags
 
 Factory = Callable[[list[str]], Engine]
 TOKENS = 48

@@ -13,7 +13,8 @@ import pytest
 from repro_py.endpoint import Endpoint
 from repro_py.gates import sampled
 from repro_py.gates.lossless import make_reference, run_lossless
-from repro_py.simengine.testing import Engine, ddtree_flags
+from repro_py.simengine.process import Engine
+from repro_py.simengine.testing import ddtree_flags
 
 Factory = Callable[[list[str]], Engine]
 DFLASH = ["--speculative-algorithm", "DFLASH", "--speculative-dflash-block-size", "8"]

@@ -12,7 +12,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from install_helpers import MODULE_PATH, PRISTINE, make_patch
+from install_helpers import MODULE_PATH, MODULE_UTILS, PRISTINE, make_patch
 
 pytestmark = pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")
 
@@ -208,6 +208,7 @@ def test_module_through_ansible(tree: dict[str, Path], tmp_path: Path) -> None:
     env = dict(
         os.environ,
         ANSIBLE_LIBRARY=str(MODULE_PATH.parent),
+        ANSIBLE_MODULE_UTILS=str(MODULE_UTILS),
         ANSIBLE_LOCALHOST_WARNING="false",
         ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
         ANSIBLE_PYTHON_INTERPRETER=sys.executable,

@@ -16,8 +16,9 @@ from matplotlib.figure import Figure
 
 from repro_py.exitcodes import ExitCode
 from repro_py.report import recommend, tables
+from repro_py.report.cli import main
 from repro_py.report.plots import pareto_front
-from repro_py.report.render import build_report, main, md_cell
+from repro_py.report.render import build_report, md_cell
 from tests.report.conftest import ddtree, result, standard_results
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from repro_py.simengine.testing import Engine, ddtree_flags, start_engine
+from repro_py.simengine.process import Engine, start_engine
+from repro_py.simengine.testing import ddtree_flags
 
 FAST = ["--sim-load-seconds", "0.2", "--sim-warmup-seconds", "0.1"]
 DDTREE_B8 = ddtree_flags(budget=8, topk=4, window=2048, block=8)

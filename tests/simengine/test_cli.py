@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from repro_py.simengine import cli
+from repro_py.simengine import cli, launch_settings
 from repro_py.simengine.fixtures import main as fixtures_main
 from repro_py.simengine.fixtures import write_model_dirs
 from repro_py.simengine.testing import run_engine_cli
@@ -28,7 +28,7 @@ def refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 
 
 def test_ddtree_alias_resolves_to_dflash_tree_mode(dirs: dict[str, str]) -> None:
-    s = cli.resolve(
+    s = launch_settings.resolve(
         [
             *base(dirs),
             "--speculative-algorithm",
@@ -67,7 +67,7 @@ def test_ddtree_alias_resolves_to_dflash_tree_mode(dirs: dict[str, str]) -> None
 
 
 def test_dflash_with_budget_is_tree_mode_and_plain_dflash_is_chain(dirs: dict[str, str]) -> None:
-    s = cli.resolve(
+    s = launch_settings.resolve(
         [
             *base(dirs),
             "--speculative-algorithm",
@@ -79,14 +79,14 @@ def test_dflash_with_budget_is_tree_mode_and_plain_dflash_is_chain(dirs: dict[st
         ]
     )
     assert s.spec.algorithm == "ddtree"
-    s = cli.resolve([*base(dirs), "--speculative-algorithm", "DFLASH"])
+    s = launch_settings.resolve([*base(dirs), "--speculative-algorithm", "DFLASH"])
     assert s.spec.algorithm == "dflash" and s.spec.block_size == 8
-    s = cli.resolve(["--model-path", dirs["model_path"]])
+    s = launch_settings.resolve(["--model-path", dirs["model_path"]])
     assert s.spec.algorithm == "none" and s.args["speculative_algorithm"] is None
 
 
 def test_block16_on_8_trained_drafter_serves_with_the_sglang_warning(dirs: dict[str, str]) -> None:
-    s = cli.resolve(
+    s = launch_settings.resolve(
         [
             *base(dirs),
             "--speculative-algorithm",

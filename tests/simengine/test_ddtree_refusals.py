@@ -24,7 +24,8 @@ import pytest
 from repro_py.exitcodes import ExitCode
 from repro_py.simengine import ddtree_refusals, sampling, tokenizer
 from repro_py.simengine.fixtures import write_model_dirs
-from repro_py.simengine.testing import Engine, ddtree_flags, run_engine_cli
+from repro_py.simengine.process import Engine
+from repro_py.simengine.testing import ddtree_flags, run_engine_cli
 from tests.simengine.test_http import KEY, MODEL
 
 REPO = Path(__file__).resolve().parents[2]
@@ -192,10 +193,10 @@ def test_a_ddtree_server_refuses_thresholds_other_than_1_at_startup(
 
 def test_plain_dflash_keeps_sglangs_threshold_flags(tmp_path: Path) -> None:
     """sglang's own behaviour for DFLASH: the thresholds are accepted (and reported) as given."""
-    from repro_py.simengine import cli  # noqa: PLC0415 - the resolver alone, no server
+    from repro_py.simengine import launch_settings  # noqa: PLC0415 - the resolver alone, no server
 
     dirs = write_model_dirs(tmp_path)
-    settings = cli.resolve([
+    settings = launch_settings.resolve([
         "--model-path", dirs["model_path"], "--speculative-draft-model-path", dirs["draft_model_path"],
         "--speculative-algorithm", "DFLASH", "--speculative-accept-threshold-single", "0.5",
     ])  # fmt: skip

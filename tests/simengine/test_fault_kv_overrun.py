@@ -9,8 +9,8 @@ import pytest
 
 from repro_py.simengine import tokenizer
 from repro_py.simengine.faults import FaultError, parse_faults
+from repro_py.simengine.process import Engine
 from repro_py.simengine.scheduler import OVERRUN_PIECE
-from repro_py.simengine.testing import Engine
 from tests.simengine.conftest import DDTREE_B8, FAST, EngineFactory
 
 PROMPTS = [f"Describe city number {i} in a few sentences." for i in range(12)]

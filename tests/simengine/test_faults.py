@@ -13,7 +13,7 @@ import pytest
 
 from repro_py.bench.counters import collapse, parse_prometheus
 from repro_py.simengine.faults import FaultError, parse_faults
-from repro_py.simengine.testing import Engine
+from repro_py.simengine.process import Engine
 from tests.simengine.conftest import DDTREE_B8, FAST, EngineFactory
 
 PROMPT = [{"role": "user", "content": "Write a short story about a lighthouse."}]

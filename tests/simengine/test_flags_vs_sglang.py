@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from repro_py.simengine.cli import build_parser
+from repro_py.simengine.flags import build_parser
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = os.environ.get("SGLANG_CPU_PYTHON", str(REPO / ".venv-sglang-cpu" / "bin" / "python"))

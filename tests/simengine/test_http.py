@@ -12,7 +12,7 @@ import pytest
 
 from repro_py.bench.counters import collapse, parse_prometheus
 from repro_py.simengine import textgen
-from repro_py.simengine.testing import Engine
+from repro_py.simengine.process import Engine
 
 KEY = "sk-test"
 MODEL = "kimi-k2.6-sim"

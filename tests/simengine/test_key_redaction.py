@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from repro_py.simengine import settings as engine_settings
-from repro_py.simengine.testing import Engine
+from repro_py.simengine.process import Engine
 from tests.simengine.conftest import DDTREE_B8, FAST, EngineFactory
 
 INFERENCE_KEY = "sk-inference-2b7c41"

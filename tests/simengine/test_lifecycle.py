@@ -8,7 +8,7 @@ import time
 
 import openai
 
-from repro_py.simengine.testing import Engine
+from repro_py.simengine.process import Engine
 from tests.simengine.conftest import DDTREE_B8, EngineFactory
 
 

@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 
 from repro_py.simengine import contract, refgen_protocol, sglang_reference
+from repro_py.simengine.process import Engine
 from repro_py.simengine.refgen_cases import REQUEST_CASES
-from repro_py.simengine.testing import Engine
 from tests.simengine.test_http import KEY
 
 REPO = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ import pytest
 
 from repro_py.bench.counters import parse_prometheus
 from repro_py.simengine import sglang_reference
-from repro_py.simengine.testing import Engine
+from repro_py.simengine.process import Engine
 from tests.simengine.test_http import KEY, MODEL, post
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ import time
 import aiohttp
 
 from repro_py.simengine import perf_model
-from repro_py.simengine.testing import Engine
+from repro_py.simengine.process import Engine
 from tests.simengine.conftest import DDTREE_B8, FAST, EngineFactory
 
 SPEED = 8.0

@@ -12,9 +12,9 @@ import pytest
 
 from repro_py.endpoint import Endpoint
 from repro_py.gates import GATE_NAMES
+from repro_py.results.failures import FAILED_TO_START
 from repro_py.sweep import plan as planmod
 from repro_py.sweep.benchplan import BenchPlan
-from repro_py.sweep.failures import FAILED_TO_START
 from repro_py.sweep.grid import PlannedConfig
 from repro_py.sweep.inventory import Target
 from repro_py.sweep.reconfigure import ReconfigureOutcome

@@ -17,7 +17,7 @@ import yaml
 from rich.console import Console
 
 from repro_py.exitcodes import ExitCode
-from repro_py.sweep import cli
+from repro_py.sweep import cli, cmdline, messages
 from repro_py.sweep.errors import PlanError
 from repro_py.sweep.reconfigure import AnsibleReconfigurer
 from tests.sweep.conftest import BUNDLE
@@ -186,22 +186,22 @@ def test_sigint_mid_sweep_then_resume_end_to_end(tmp_path: Path) -> None:
 
 def test_the_printed_resume_command_finds_the_run(capsys: pytest.CaptureFixture[str]) -> None:
     console = Console(stderr=True, width=40)
-    cli.print_resume(console, "interrupted", "inventory/local", "r1", results=Path("/tmp/elsewhere"))
-    cli.print_resume(console, "interrupted", "inventory/local", "r2", results=Path("results"))
+    messages.print_resume(console, "interrupted", "inventory/local", "r1", results=Path("/tmp/elsewhere"))
+    messages.print_resume(console, "interrupted", "inventory/local", "r2", results=Path("results"))
     lines = capsys.readouterr().err.splitlines()
     assert "python -m repro_py.sweep inventory/local --resume --run-id r1 --results /tmp/elsewhere" in lines
     assert "python -m repro_py.sweep inventory/local --resume --run-id r2" in lines
 
 
 def test_extra_vars_are_typed_and_cannot_set_config_keys() -> None:
-    assert cli.parse_extra_vars(["sglang_service_sim_speed=10", "flag=true", "name=x"]) == {
+    assert cmdline.parse_extra_vars(["sglang_service_sim_speed=10", "flag=true", "name=x"]) == {
         "sglang_service_sim_speed": 10,
         "flag": True,
         "name": "x",
     }
     for bad in ("budget=8", "sim_fault=crash-on-load", "sglang_service_report_path=/x", "novalue", "a b=1"):
         with pytest.raises(PlanError):
-            cli.parse_extra_vars([bad])
+            cmdline.parse_extra_vars([bad])
 
 
 def test_a_controller_without_isolation_is_refused_unless_allowed(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from repro_py.atomicio import write_json_atomic
 from repro_py.exitcodes import ExitCode
 from repro_py.report.plots import figure_title
 from repro_py.report.tables import load_run
-from repro_py.simengine.testing import free_port
+from repro_py.simengine.process import free_port
 from repro_py.sweep import cli, state
 from repro_py.sweep.extravars import DETERMINISTIC_VAR
 from repro_py.sweep.grid import PlannedConfig, validate_config

@@ -7,13 +7,14 @@ from typing import Any
 import pytest
 import yaml
 
+from repro_py.results.lossless_mode import SHARED
+from repro_py.results.schema import new_result
 from repro_py.sweep.benchplan import BenchPlan
 from repro_py.sweep.errors import PlanError
 from repro_py.sweep.estimate import estimate, estimate_basis, format_duration
 from repro_py.sweep.grid import expand_grid, grid_from_target, load_grid_file, validate_config
 from repro_py.sweep.inventory import load_target
-from repro_py.sweep.lossless_restart import SHARED, LosslessRestart
-from repro_py.sweep.result_schema import new_result
+from repro_py.sweep.lossless_restart import LosslessRestart
 from tests.sweep.conftest import make_plan, make_target
 
 

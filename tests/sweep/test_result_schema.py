@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from repro_py.results.schema import REQUIRED_KEYS, ConfigResult, ResultError, load_result
 from repro_py.sweep import state
-from repro_py.sweep.result_schema import REQUIRED_KEYS, ConfigResult, ResultError, load_result
 from repro_py.sweep.runner import SweepOptions, SweepRunner
 from tests.sweep.conftest import BUNDLE, FakeMeasure, FakeReconfigurer, make_plan
 

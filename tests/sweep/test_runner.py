@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from repro_py.results.failures import FAILURE_CLASSES
 from repro_py.sweep import fingerprint, state
-from repro_py.sweep.failures import FAILURE_CLASSES
 from repro_py.sweep.grid import PlannedConfig
 from repro_py.sweep.plan import Plan
 from repro_py.sweep.runner import SweepOptions, SweepRunner

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from repro_py.exitcodes import ExitCode
+from repro_py.sweep import restarter
 from repro_py.sweep.lossless_restart import restarts_of
 from repro_py.tune import cli as tune_cli
 from repro_py.tune.cli import main
@@ -114,7 +115,7 @@ def test_a_real_run_on_local_engines_reports_resumes_and_writes_back(
 ) -> None:
     # the host runs the autoregressive baseline: the winner beats it beyond doubt, so the write-back is proposed
     _set_current_config(inventory, {"algorithm": "none"}, {"sglang_service_spec_algorithm": "none"})
-    monkeypatch.setattr(tune_cli, "AnsibleReconfigurer", _NoAnsible)
+    monkeypatch.setattr(restarter, "AnsibleReconfigurer", _NoAnsible)
     results = tmp_path / "results"
     args = [str(inventory), "--objective", "single-stream", "--space", str(space_file), "--reconfigurer", "local",
             "--results", str(results), "--run-id", "t", "--max-tokens", "48", "--screen-tokens", "16", "--repeats",
@@ -233,7 +234,7 @@ def test_a_budget_too_small_to_measure_the_current_config_is_refused(
 def test_resume_without_a_run_id_takes_the_latest_unfinished_tuning_run(
     tmp_path: Path, inventory: Path, capsys
 ) -> None:
-    from repro_py.tune.cli import latest_tuning_run  # noqa: PLC0415
+    from repro_py.tune.runsetup import latest_tuning_run  # noqa: PLC0415
 
     for name, status, stamp, tuning in (
         ("old", "interrupted", "2025-01-01T00:00:00+00:00", True),

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from repro_py.tune import proposals
 from repro_py.tune.ladder import make_ladder
 from repro_py.tune.proposals import unmeasured
-from repro_py.tune.search import Proposal
+from repro_py.tune.records import Proposal
 from tests.tune.conftest import make_loop
 
 SPACE = {
@@ -17,7 +18,7 @@ SPACE = {
 
 def _keys(tmp_path: Path, full_tokens: int, objectives: tuple[str, ...] = ("single-stream",)) -> dict[str, object]:
     search = make_loop(tmp_path, SPACE, objectives, ladder=make_ladder(full_tokens=full_tokens)).search
-    return {c.label: search.equivalence_key(c) for c in search.space.configs}
+    return {c.label: proposals.equivalence_key(search, c) for c in search.space.configs}
 
 
 def test_a_window_shorter_than_prompt_plus_output_is_not_a_full_draft_cache(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import pytest
 from repro_py import manifest
 from repro_py.report.render import build_report
 from repro_py.sweep.grid import PlannedConfig
+from repro_py.tune import proposals, verdict
 from repro_py.tune.ladder import make_ladder
 from repro_py.tune.loop import Budget, TuneLoop
 from repro_py.tune.outcome import search_document
@@ -72,7 +73,7 @@ async def test_the_winner_is_gated_and_a_fast_garbling_config_never_wins(tmp_pat
     search = loop.search
     assert garbler in search.records, "the search should reach the fastest config"
     assert search.records[garbler].gates == "FAIL"
-    (winner,) = search.winners()
+    (winner,) = verdict.winners(search)
     assert winner.label not in (None, garbler)
     assert search.records[winner.label].gates == "pass"
     assert set(measure.gate_calls) == {r.label for r in search.records.values() if r.gates in ("pass", "FAIL")}
@@ -88,19 +89,19 @@ async def test_search_finds_the_model_optimum_in_a_fraction_of_the_space(tmp_pat
     outcome = await loop.run()
     space = loop.search.space
     truth = {c.label: true_tps(c, 60, 1) for c in space.configs}
-    (winner,) = loop.search.winners()
+    (winner,) = verdict.winners(loop.search)
     assert winner.label is not None
     assert truth[winner.label] >= 0.97 * max(truth.values())
     assert outcome.restarts <= 40 < len(space)
     # configs the objective cannot tell apart (a 2048 window and a full cache at a 60-token context) run once
-    keys = [loop.search.equivalence_key(r.cfg) for r in loop.search.records.values() if r.restart == 1]
+    keys = [proposals.equivalence_key(loop.search, r.cfg) for r in loop.search.records.values() if r.restart == 1]
     assert len(keys) == len(set(keys))
 
 
 async def test_a_latency_slo_drops_violators_at_the_screen(tmp_path: Path) -> None:
     loop = make_loop(tmp_path, slos=["ttft_p99_ms<=10"], budget=Budget(max_restarts=8))
     await loop.run()
-    (winner,) = loop.search.winners()
+    (winner,) = verdict.winners(loop.search)
     assert winner.label is None
     for rec in loop.search.records.values():
         if rec.cfg.spec.algorithm != "none":
@@ -110,7 +111,7 @@ async def test_a_latency_slo_drops_violators_at_the_screen(tmp_path: Path) -> No
         tmp_path, slos=["ttft_p99_ms<=1000", "coding_pass_rate>=1"], run="ok", budget=Budget(max_restarts=8)
     )
     await loop2.run()
-    assert loop2.search.winners()[0].label is not None
+    assert verdict.winners(loop2.search)[0].label is not None
 
 
 async def test_a_throughput_floor_is_judged_at_full_length(tmp_path: Path) -> None:
@@ -123,7 +124,7 @@ async def test_a_throughput_floor_is_judged_at_full_length(tmp_path: Path) -> No
         for rung in rec.rungs:
             if rung.name != "full":
                 assert not any(k.startswith("*|") for k in rung.slo_values)  # not at short outputs
-    (winner,) = search.winners()
+    (winner,) = verdict.winners(search)
     if winner.label is not None:
         final = search.records[winner.label].rung("full")
         assert final is not None and sum(final.slo_values["*|single_stream_tps"]) / 3 >= 155
@@ -194,7 +195,7 @@ def _fixed_cell(values: list[float]) -> dict[str, Any]:
 
 def test_judge_keeps_a_config_within_the_noise_and_drops_one_clearly_behind(tmp_path: Path) -> None:
     search = make_loop(tmp_path).search
-    from repro_py.tune.search import Proposal  # noqa: PLC0415
+    from repro_py.tune.records import Proposal  # noqa: PLC0415
 
     by_label = search.space.by_label()
     for label, values in (
@@ -242,7 +243,7 @@ def _timed_cell(ttft_ms: float, per_token_ms: float, tokens: int, jitter: tuple[
 def test_a_short_screen_is_judged_on_its_projection_to_the_full_length(tmp_path: Path) -> None:
     """A fast decoder with a slow first token reads 20% low at a 64-token screen and is 33% ahead at 512 tokens:
     judged on raw screen figures it is dropped; projected with its own timing it goes on."""
-    from repro_py.tune.search import Proposal  # noqa: PLC0415
+    from repro_py.tune.records import Proposal  # noqa: PLC0415
 
     search = make_loop(tmp_path).search
     by_label = search.space.by_label()
@@ -277,11 +278,11 @@ async def test_the_current_config_is_restarted_twice_and_its_spread_is_the_betwe
     final = search.final_estimate(search.records[current], "single-stream")
     assert final is not None and final.n == 6
     # the repeat never wins on its own and is never the surrogate's second point for its config
-    assert all(w.label != f"{current}.r2" for w in search.winners())
+    assert all(w.label != f"{current}.r2" for w in verdict.winners(search))
 
 
 def test_the_current_config_is_measured_to_the_end_even_when_clearly_behind(tmp_path: Path) -> None:
-    from repro_py.tune.search import Proposal  # noqa: PLC0415
+    from repro_py.tune.records import Proposal  # noqa: PLC0415
 
     search = make_loop(tmp_path).search
     by_label = search.space.by_label()
@@ -304,7 +305,7 @@ async def test_the_current_config_joins_a_space_that_lacks_it(tmp_path: Path) ->
 
 def test_either_is_a_sound_choice_only_when_the_difference_is_shown_to_be_small(tmp_path: Path) -> None:
     from repro_py.tune.noise import NoiseModel  # noqa: PLC0415
-    from repro_py.tune.search import Proposal  # noqa: PLC0415
+    from repro_py.tune.records import Proposal  # noqa: PLC0415
 
     def winner_note(noise: NoiseModel | None, values: dict[str, list[float]]) -> str:
         search = make_loop(tmp_path, ladder=make_ladder(full_tokens=64, screen_tokens=64)).search
@@ -314,7 +315,7 @@ def test_either_is_a_sound_choice_only_when_the_difference_is_shown_to_be_small(
             search.start(Proposal(search.space.by_label()[label], "test"))
             search.judge(label, 0, [_fixed_cell(repeats)])
             search.finish(label, {"status": "ok", "gates": {"passed": True, "coding": {"pass_rate": 1.0}}})
-        return search.winners()[0].note
+        return verdict.winners(search)[0].note
 
     # 3% apart with a 10% spread per repeat: the runner-up may well be better; not "either is a sound choice"
     wide = winner_note(None, {"ddtree-b5-t1-w2048-bs8": [110.0, 100.0, 90.0], "ddtree-b6-t2-w2048-bs8": [107, 97, 87]})

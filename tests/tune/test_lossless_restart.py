@@ -13,6 +13,7 @@ import yaml
 from repro_py.exitcodes import ExitCode
 from repro_py.sweep.grid import PlannedConfig
 from repro_py.sweep.lossless_restart import restarts_of
+from repro_py.tune import proposals
 from repro_py.tune.cli import main
 from repro_py.tune.loop import Budget, TuneLoop
 from tests.sweep.conftest import FakeReconfigurer
@@ -142,7 +143,7 @@ async def test_a_gated_candidate_never_crowds_out_the_current_config_s_second_re
     that may take two (its lossless gate's own restart) would leave none: the repeat goes first."""
     preview = make_loop(tmp_path / "preview").search
     order = []
-    while len(order) < 3 and (proposal := preview.propose()) is not None:
+    while len(order) < 3 and (proposal := proposals.propose(preview)) is not None:
         order.append(preview.start(proposal).label)
     assert order[:2] == ["baseline", "ddtree-b8-t4-w2048-bs8"], order
     # the first candidate fails to start (one restart): 8 - 2 - 2 - 1 - 1 (the restore) leaves two

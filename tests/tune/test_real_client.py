@@ -18,10 +18,11 @@ from repro_py.endpoint import Endpoint
 from repro_py.simengine import perf_model
 from repro_py.simengine.testing import EngineGroup, ddtree_flags
 from repro_py.sweep.grid import validate_config
+from repro_py.tune import proposals, verdict
 from repro_py.tune.ladder import make_ladder
 from repro_py.tune.noise import NoiseModel
 from repro_py.tune.objectives import SLO_METRICS, Cell, find_cell, make_objectives, parse_slo, repeat_values, step_ms
-from repro_py.tune.proposals import Proposal
+from repro_py.tune.records import Proposal
 from repro_py.tune.search import Search, SearchSettings
 from repro_py.tune.space import validated
 from tests.sweep.conftest import make_target
@@ -116,7 +117,7 @@ def test_slos_on_every_metric_that_every_config_meets_leave_a_winner(
     assert search.cells_for(label, 0) == [Cell(60, 1), Cell(60, 32), Cell(4096, 1)]
     assert search.judge(label, 0, _short(measured[label])) == {"single-stream"}
     search.finish(label, {"status": "ok", "gates": {"passed": True, "coding": {"pass_rate": 1.0}}})
-    (winner,) = search.winners()
+    (winner,) = verdict.winners(search)
     assert winner.label == label, f"{', '.join(slos)}: {winner.note}; SLO failures {search.records[label].slo_failures}"
 
 
@@ -127,7 +128,7 @@ def test_the_surrogate_models_acceptance_over_step_time_from_real_cells(
     for label in CONFIGS:
         search.start(Proposal(search.space.by_label()[label], "test"))
         search.judge(label, 0, _short(measured[label]))
-    surrogate = search.fit_surrogates()["single-stream"]
+    surrogate = proposals.fit_surrogates(search)["single-stream"]
     assert surrogate.mode == "acceptance/step", "the surrogate fell back to modelling tok/s directly"
 
 

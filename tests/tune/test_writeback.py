@@ -86,7 +86,7 @@ def test_no_write_back_unless_the_winner_beats_the_current_config_with_the_state
 
     from repro_py.sweep.state import RunDir  # noqa: PLC0415
     from repro_py.tune.ladder import make_ladder  # noqa: PLC0415
-    from repro_py.tune.search import Proposal  # noqa: PLC0415
+    from repro_py.tune.records import Proposal  # noqa: PLC0415
     from tests.tune.conftest import make_loop  # noqa: PLC0415
 
     inv = _inventory(tmp_path)

@@ -261,6 +261,139 @@ def check_unit(props, state):
         )
 
 
+#: the phases of a wait, in order (the module docstring says what each checks)
+_PHASES = ("unit", "health", "generate", "sample", "echo", "ready")
+
+
+class Readiness:
+    """One wait for a started unit: the phase it is in, what each phase passed saw, and its clocks (a resumed
+    wait keeps the first part's)."""
+
+    def __init__(self, p, api_key):
+        self.p, self.api_key = p, api_key
+        self.base = f"http://{p['host']}:{p['port']}"
+        resume = p["resume"]
+        self.t0 = time.monotonic() - (max(0.0, time.time() - float(resume["t0_epoch"])) if resume else 0.0)
+        self.began_epoch = float(resume["began_epoch"]) if resume else time.time() - 1.0
+        self.deadline = self.t0 + p["timeout"]
+        self.sync_end = time.monotonic() + p["sync_limit"] if p["sync_limit"] > 0 else None
+        self.state = {
+            "require_new": p["require_new_invocation"],
+            "previous": p["previous_invocation_id"],
+            "invocation": resume.get("invocation") or None,  # a restart after the first part saw it still fails
+        }
+        self.phase, self.phases, self.last_wait = "unit", {}, ""
+        self.props, self.generation, self.info = {}, None, {}
+
+    def limited(self, seconds):
+        """A request's timeout, no longer than what is left of the sync limit (a timeout is "not yet")."""
+        return seconds if self.sync_end is None else min(seconds, max(1.0, self.sync_end - time.monotonic()))
+
+    def elapsed(self):
+        return round(time.monotonic() - self.t0, 3)
+
+    def advance(self):
+        """Pass the phases from the current one on; NotReady where one has not succeeded yet."""
+        while self.phase != "ready":
+            if self.phase != "unit":  # the unit itself is checked on every poll (check_unit), before the phases
+                getattr(self, "_" + self.phase)()
+            self.phases[self.phase + "_s"] = self.elapsed()
+            self.phase = _PHASES[_PHASES.index(self.phase) + 1]
+
+    def _health(self):
+        status, _ = http("GET", self.base + "/health", self.api_key, timeout=self.limited(30.0))
+        if status != 200:
+            raise NotReady(f"/health returned {status}")
+
+    def _generate(self):
+        body = {"text": "The capital city of France is", "sampling_params": {"max_new_tokens": 1, "temperature": 0}}
+        status, raw = http("POST", self.base + "/generate", self.api_key, body=body, timeout=self.limited(60.0))
+        if status != 200:
+            raise NotReady(f"/generate returned {status}: {raw[:200]!r}")
+        reply = json.loads(raw or b"{}")
+        if "text" not in reply:
+            raise NotReady(f"/generate reply has no text: {raw[:200]!r}")
+        tokens = (reply.get("meta_info") or {}).get("completion_tokens")
+        self.generation = {"text": reply["text"], "completion_tokens": tokens}
+
+    def _sample(self):
+        # the first sampled request may build the sampling kernels: allow the rest of the budget
+        # (within a sync_limit: no longer than it; the async part goes on)
+        budget = self.limited(max(60.0, self.deadline - time.monotonic()))
+        model = self.p["expect"].get("served_model_name") or "default"
+        invocation = self.state["invocation"]
+        self.generation["sampled_text"] = sampled_generation(self.base, self.api_key, budget, invocation, model)
+
+    def _echo(self):
+        status, raw = http("GET", self.base + "/server_info", self.api_key, timeout=self.limited(30.0))
+        if status != 200:
+            raise NotReady(f"/server_info returned {status}")
+        self.info = info = json.loads(raw or b"{}")
+        problems = compare_echo(info, self.p["expect"])
+        if problems:
+            raise EngineFailed("config echo check failed: " + "; ".join(problems), self.state["invocation"])
+        if info.get("simulated") is True:
+            sim_pid = (info.get("sim") or {}).get("pid")
+            main_pid = int(self.props.get("MainPID") or 0)
+            if sim_pid != main_pid:
+                raise NotReady(f"server pid {sim_pid} is not the unit's MainPID {main_pid}")
+        final = unit_show(self.p["unit"], _SHOW_PROPS)
+        check_unit(final, self.state)
+        self.props = final
+
+    def pending(self):
+        """What a wait that ran out of its sync limit returns: how to resume it."""
+        resume = {
+            "invocation": self.state["invocation"] or "",
+            "began_epoch": self.began_epoch,
+            "t0_epoch": time.time() - (time.monotonic() - self.t0),
+        }
+        return {"changed": False, "ready": False, "pending": True, "phase": self.phase, "waited_s": self.elapsed(),
+                "resume": resume}  # fmt: skip
+
+    def failure(self, exc):
+        """What a failed wait returns: the reason with this invocation's journal, and how long detection took."""
+        p, props = self.p, self.props
+        now = time.monotonic()
+        detected = round(now - self.t0, 3)
+        started = start_monotonic(props)
+        exited = start_monotonic(props, "ExecMainExitTimestampMonotonic")
+        lines = journal(p["unit"], exc.invocation_id, p["journal_lines"], self.began_epoch)
+        reason = explain(exc.reason, lines)
+        return {
+            "msg": f"{p['unit']}: {reason}",
+            "reason": reason,
+            "unit_state_reason": exc.reason,
+            "phase": self.phase,
+            "detection_s": detected,
+            "failed_after_start_s": round(now - started, 3) if started else None,
+            "exit_to_detection_s": round(now - exited, 3) if exited and started and exited >= started else None,
+            "invocation_id": exc.invocation_id,
+            "unit_state": {k: props.get(k) for k in _SHOW_PROPS},
+            "journal": lines,
+        }
+
+    def ready(self):
+        """What a wait that saw the engine ready returns: the time to ready, the phases, the echo."""
+        props, info = self.props, self.info
+        now = time.monotonic()
+        started = start_monotonic(props)
+        echo = {k: info.get(k) for k in _ECHO_KEYS if k in info}
+        if isinstance(info.get("sim"), dict):
+            echo["sim"] = {k: info["sim"].get(k) for k in ("pid", "speed", "faults") if k in info["sim"]}
+        return {
+            "changed": False,
+            "ready": True,
+            "time_to_ready_s": round(now - started, 3) if started else None,
+            "waited_s": self.elapsed(),
+            "phases": self.phases,
+            "invocation_id": props.get("InvocationID"),
+            "main_pid": int(props.get("MainPID") or 0),
+            "server_info_echo": echo,
+            "generation": self.generation,
+        }
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
@@ -289,144 +422,27 @@ def main():
         module.fail_json(msg=f"cannot read the API key file {p['api_key_file']}: {exc}")
     if api_key:
         module.no_log_values.add(api_key)  # masked in anything this module returns
-    base = f"http://{p['host']}:{p['port']}"
-    resume = p["resume"]
-    t0 = time.monotonic() - (max(0.0, time.time() - float(resume["t0_epoch"])) if resume else 0.0)
-    began_epoch = float(resume["began_epoch"]) if resume else time.time() - 1.0
-    deadline = t0 + p["timeout"]
-    sync_end = time.monotonic() + p["sync_limit"] if p["sync_limit"] > 0 else None
-
-    def limited(seconds):
-        """A request's timeout, no longer than what is left of the sync limit (a timeout is "not yet")."""
-        return seconds if sync_end is None else min(seconds, max(1.0, sync_end - time.monotonic()))
-
-    state = {
-        "require_new": p["require_new_invocation"],
-        "previous": p["previous_invocation_id"],
-        "invocation": resume.get("invocation") or None,  # a restart after the first part saw it still fails
-    }
-    phase = "unit"
-    phases = {}
-    last_wait = ""
-    props = {}
-    generation = None
-    info = {}
-
+    wait = Readiness(p, api_key)
     try:
         while True:
-            props = unit_show(p["unit"], _SHOW_PROPS)
-            check_unit(props, state)
+            wait.props = unit_show(p["unit"], _SHOW_PROPS)
+            check_unit(wait.props, wait.state)
             try:
-                if phase == "unit":
-                    phase = "health"
-                    phases["unit_s"] = round(time.monotonic() - t0, 3)
-                if phase == "health":
-                    status, _ = http("GET", base + "/health", api_key, timeout=limited(30.0))
-                    if status != 200:
-                        raise NotReady(f"/health returned {status}")
-                    phase = "generate"
-                    phases["health_s"] = round(time.monotonic() - t0, 3)
-                if phase == "generate":
-                    body = {
-                        "text": "The capital city of France is",
-                        "sampling_params": {"max_new_tokens": 1, "temperature": 0},
-                    }
-                    status, raw = http("POST", base + "/generate", api_key, body=body, timeout=limited(60.0))
-                    if status != 200:
-                        raise NotReady(f"/generate returned {status}: {raw[:200]!r}")
-                    reply = json.loads(raw or b"{}")
-                    if "text" not in reply:
-                        raise NotReady(f"/generate reply has no text: {raw[:200]!r}")
-                    generation = {
-                        "text": reply["text"],
-                        "completion_tokens": (reply.get("meta_info") or {}).get("completion_tokens"),
-                    }
-                    phase = "sample"
-                    phases["generate_s"] = round(time.monotonic() - t0, 3)
-                if phase == "sample":
-                    # the first sampled request may build the sampling kernels: allow the rest of the budget
-                    # (within a sync_limit: no longer than it; the async part goes on)
-                    budget = limited(max(60.0, deadline - time.monotonic()))
-                    generation["sampled_text"] = sampled_generation(
-                        base, api_key, budget, state["invocation"], p["expect"].get("served_model_name") or "default"
-                    )
-                    phase = "echo"
-                    phases["sample_s"] = round(time.monotonic() - t0, 3)
-                if phase == "echo":
-                    status, raw = http("GET", base + "/server_info", api_key, timeout=limited(30.0))
-                    if status != 200:
-                        raise NotReady(f"/server_info returned {status}")
-                    info = json.loads(raw or b"{}")
-                    problems = compare_echo(info, p["expect"])
-                    if problems:
-                        raise EngineFailed("config echo check failed: " + "; ".join(problems), state["invocation"])
-                    if info.get("simulated") is True:
-                        sim_pid = (info.get("sim") or {}).get("pid")
-                        main_pid = int(props.get("MainPID") or 0)
-                        if sim_pid != main_pid:
-                            raise NotReady(f"server pid {sim_pid} is not the unit's MainPID {main_pid}")
-                    final = unit_show(p["unit"], _SHOW_PROPS)
-                    check_unit(final, state)
-                    props = final
-                    phases["echo_s"] = round(time.monotonic() - t0, 3)
-                    break
+                wait.advance()
+                break
             except NotReady as exc:
-                last_wait = str(exc)
-            if time.monotonic() > deadline:
+                wait.last_wait = str(exc)
+            if time.monotonic() > wait.deadline:
                 raise EngineFailed(
-                    f"not ready after {p['timeout']:.0f} s (phase {phase}; last: {last_wait or 'n/a'})",
-                    state["invocation"] or props.get("InvocationID", ""),
+                    f"not ready after {p['timeout']:.0f} s (phase {wait.phase}; last: {wait.last_wait or 'n/a'})",
+                    wait.state["invocation"] or wait.props.get("InvocationID", ""),
                 )
-            if sync_end is not None and time.monotonic() > sync_end:
-                module.exit_json(
-                    changed=False,
-                    ready=False,
-                    pending=True,
-                    phase=phase,
-                    waited_s=round(time.monotonic() - t0, 3),
-                    resume={
-                        "invocation": state["invocation"] or "",
-                        "began_epoch": began_epoch,
-                        "t0_epoch": time.time() - (time.monotonic() - t0),
-                    },
-                )
+            if wait.sync_end is not None and time.monotonic() > wait.sync_end:
+                module.exit_json(**wait.pending())
             time.sleep(p["poll_interval"])
     except EngineFailed as exc:
-        now = time.monotonic()
-        detected = round(now - t0, 3)
-        started = start_monotonic(props)
-        exited = start_monotonic(props, "ExecMainExitTimestampMonotonic")
-        lines = journal(p["unit"], exc.invocation_id, p["journal_lines"], began_epoch)
-        reason = explain(exc.reason, lines)
-        module.fail_json(
-            msg=f"{p['unit']}: {reason}",
-            reason=reason,
-            unit_state_reason=exc.reason,
-            phase=phase,
-            detection_s=detected,
-            failed_after_start_s=round(now - started, 3) if started else None,
-            exit_to_detection_s=round(now - exited, 3) if exited and started and exited >= started else None,
-            invocation_id=exc.invocation_id,
-            unit_state={k: props.get(k) for k in _SHOW_PROPS},
-            journal=lines,
-        )
-
-    now = time.monotonic()
-    started = start_monotonic(props)
-    echo = {k: info.get(k) for k in _ECHO_KEYS if k in info}
-    if isinstance(info.get("sim"), dict):
-        echo["sim"] = {k: info["sim"].get(k) for k in ("pid", "speed", "faults") if k in info["sim"]}
-    module.exit_json(
-        changed=False,
-        ready=True,
-        time_to_ready_s=round(now - started, 3) if started else None,
-        waited_s=round(time.monotonic() - t0, 3),
-        phases=phases,
-        invocation_id=props.get("InvocationID"),
-        main_pid=int(props.get("MainPID") or 0),
-        server_info_echo=echo,
-        generation=generation,
-    )
+        module.fail_json(**wait.failure(exc))
+    module.exit_json(**wait.ready())
 
 
 if __name__ == "__main__":

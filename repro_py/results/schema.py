@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, NotRequired, TypedDict, cast
 
-from repro_py.sweep.failures import FAILURE_CLASSES
+from repro_py.results.failures import FAILURE_CLASSES
 
 SCHEMA = 1
 STATUSES = ("ok", "failed")
