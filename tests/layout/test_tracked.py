@@ -1,0 +1,50 @@
+"""Every product file is one git tracks: an ignore rule never swallows a source file.
+
+A ``results/`` rule meant for the runs' output directory once ignored ``repro_py/results/``'s new
+modules, so a checkout had them and a clone did not. This reads the checkout's files under the
+product directories and asks git which of them its ignore rules match (caches excepted).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PRODUCT_DIRS = ("repro_py", "roles", "plugins", "playbooks", "patches", "scripts", "testhost", "inventory")
+CACHES = {"__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache"}
+
+
+def _product_files() -> list[str]:
+    out: list[str] = []
+    for top in PRODUCT_DIRS:
+        for path in (REPO_ROOT / top).rglob("*"):
+            if path.is_file() and not CACHES & set(path.relative_to(REPO_ROOT).parts):
+                out.append(str(path.relative_to(REPO_ROOT)))
+    return out
+
+
+def _ignored(paths: list[str]) -> list[str]:
+    proc = subprocess.run(["git", "check-ignore", "--no-index", "--stdin"], input="\n".join(paths), text=True,
+                          capture_output=True, cwd=REPO_ROOT, check=False)
+    assert proc.returncode in (0, 1), proc.stderr  # 1: nothing matched
+    return proc.stdout.split()
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (REPO_ROOT / ".git").exists(), reason="not a git checkout")
+def test_no_product_file_is_ignored() -> None:
+    files = _product_files()
+    assert any(f.startswith("repro_py/results/") for f in files)
+    assert _ignored(files) == []
+
+
+def test_the_runs_directory_is_ignored_and_the_package_is_not() -> None:
+    """The runs' output stays out of git; the package directory of the same name does not."""
+    proc = subprocess.run(["git", "-c", "core.excludesFile=/dev/null", "check-ignore", "--no-index", "-v",
+                           "--stdin"], input="repro_py/results/schema.py\nresults/run-1/x.json\n", text=True,
+                          capture_output=True, cwd=REPO_ROOT, check=False)
+    matched = {line.split("\t")[-1] for line in proc.stdout.splitlines()}
+    assert matched == {"results/run-1/x.json"}, proc.stdout
