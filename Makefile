@@ -121,7 +121,7 @@ locks: venv
 
 unit: venv cpu-venv wheelhouse
 	REPRO_REQUIRE_SGLANG_CPU=1 SGLANG_CPU_PYTHON=$(CPU_VENV)/bin/python \
-	  $(PY) -m pytest -q -m "not testhost" -p no:cacheprovider
+	  $(PY) -m pytest -q -m "not testhost" -p no:cacheprovider --durations=25
 
 # The toolchain, driver and model side on a bare Ubuntu 24.04 systemd container:
 # site.yml installs the compiler and Python headers, the JIT compile check with the
