@@ -1,8 +1,9 @@
 """Every product file is one git tracks: an ignore rule never swallows a source file.
 
 A ``results/`` rule meant for the runs' output directory once ignored ``repro_py/results/``'s new
-modules, so a checkout had them and a clone did not. This reads the checkout's files under the
-product directories and asks git which of them its ignore rules match (caches excepted).
+modules, so a checkout had them and a clone did not. This takes the bundle's files as the manifest
+covers them (``repro_py.manifest.covered_files``: MANIFEST.sha256 lists them, so a clone must have them)
+and asks git which of them its ignore rules match.
 """
 
 from __future__ import annotations
@@ -13,18 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from repro_py.manifest import covered_files
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
-PRODUCT_DIRS = ("repro_py", "roles", "plugins", "playbooks", "patches", "scripts", "testhost", "inventory")
-CACHES = {"__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache"}
-
-
-def _product_files() -> list[str]:
-    out: list[str] = []
-    for top in PRODUCT_DIRS:
-        for path in (REPO_ROOT / top).rglob("*"):
-            if path.is_file() and not CACHES & set(path.relative_to(REPO_ROOT).parts):
-                out.append(str(path.relative_to(REPO_ROOT)))
-    return out
 
 
 def _ignored(paths: list[str]) -> list[str]:
@@ -36,7 +28,7 @@ def _ignored(paths: list[str]) -> list[str]:
 
 @pytest.mark.skipif(shutil.which("git") is None or not (REPO_ROOT / ".git").exists(), reason="not a git checkout")
 def test_no_product_file_is_ignored() -> None:
-    files = _product_files()
+    files = covered_files(REPO_ROOT, root_mode=True)
     assert any(f.startswith("repro_py/results/") for f in files)
     assert _ignored(files) == []
 
