@@ -175,16 +175,11 @@ e2e-run: venv
 TEST_STAGES := setup lint manifest-check locks cpu-venv image wheelhouse unit host-checks molecule deploy \
                service-checks-run e2e-run
 # Stages with test hosts of their own that run beside the main lane once SIDE_AFTER has
-# passed: the rehearsal (its own host container operator-testhost on its own podman
-# network operator-rehearsal, its own controller container and mirrors there, its
-# results under results/rehearsal-RUN_ID). Its -run target: the prerequisites of
-# `make rehearsal` (setup image wheelhouse) are main-lane stages that have passed by
-# then, and running scripts/build-wheelhouse.sh again beside the main lane's own run of
-# it (unit's prerequisite, starting at the same moment) would have two writers of the
-# wheelhouse's SHA256SUMS and stamp. (Those writes are also no-ops on disk when nothing
-# changed, and go through a temporary file outside the wheelhouse, so that a concurrent
-# copy of .whl never sees a half-written or vanishing file: seen before that as
-# "could not find src=.whl/SHA256SUMS.tmp".)
+# passed: the rehearsal (its own host container operator-testhost on the podman network
+# operator-rehearsal, its own controller container and mirrors, results under
+# results/rehearsal-RUN_ID). A side-lane stage is a -run target that rebuilds nothing: the
+# prerequisites of `make rehearsal` are main-lane stages that have passed by then. The main
+# lane's own reruns of the wheelhouse change nothing on disk (scripts/build-wheelhouse.sh).
 SIDE_STAGES := rehearsal-run
 SIDE_AFTER := wheelhouse
 test:
