@@ -27,7 +27,7 @@ TUNE_ARGS ?= --objective single-stream -e sglang_service_sim_speed=20 --max-rest
 export PATH := $(BIN):$(PATH)
 export CONTAINERS_CONF := $(ROOT)/testhost/containers.conf
 export ANSIBLE_CONFIG := $(ROOT)/ansible.cfg
-export PYTHONPATH := $(ROOT)
+export PYTHONPATH := $(ROOT):$(ROOT)/.collections
 export PYTHONUNBUFFERED := 1
 
 # bubblewrap: the coding-eval sandbox; gnupg, dpkg-dev: tests/install/aptrepo
@@ -35,8 +35,8 @@ export PYTHONUNBUFFERED := 1
 APT_PACKAGES := podman runc debootstrap patch bubblewrap gnupg dpkg-dev openssh-client
 
 .PHONY: help demo test setup system-packages venv cpu-venv image testhost wheelhouse deploy sweep tune \
-        lint manifest manifest-check locks unit host-checks molecule service-checks service-checks-run deploy-run \
-        e2e e2e-run e2e-tune rehearsal rehearsal-run clean-testhost
+        lint sanity manifest manifest-check locks unit host-checks molecule service-checks service-checks-run deploy-run \
+        e2e e2e-run e2e-tune rehearsal rehearsal-run clean-testhost fleet-hosts fleet fleet-run clean-fleet-hosts
 
 help:
 	@sed -n '2,7p' Makefile
@@ -56,7 +56,16 @@ $(VENV)/.stamp: requirements/dev.lock pyproject.toml
 	PIP_CONFIG_FILE=/dev/null $(BIN)/pip install -q --disable-pip-version-check --require-hashes --no-deps -r requirements/dev.lock
 	sha256sum requirements/dev.lock > $@
 
-venv: $(VENV)/.stamp
+# The checkout on the venv's path: repro_py (the tools, and the contract the collection's action plugins
+# apply) and .collections (the checkout as the collection ddtree.sglang, linked by scripts/link-collection.sh),
+# as `pip install .` and `ansible-galaxy collection install` would make them importable.
+CHECKOUT_PTH = $(VENV)/.checkout-pth
+$(CHECKOUT_PTH): $(VENV)/.stamp scripts/link-collection.sh
+	scripts/link-collection.sh
+	printf '%s\n%s\n' '$(ROOT)' '$(ROOT)/.collections' > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/sglang-ddtree-checkout.pth"
+	touch $@
+
+venv: $(VENV)/.stamp $(CHECKOUT_PTH)
 
 $(CPU_VENV)/.stamp: patches/tools/make-cpu-venv.sh patches/tools/cpu-venv-constraints.txt
 	patches/tools/make-cpu-venv.sh $(CPU_VENV)
@@ -71,6 +80,22 @@ image: system-packages
 
 testhost: image
 	TESTHOST_SSH_PORT=31022 testhost/up.sh sglang-testhost
+
+# Three test hosts for a fleet sweep (sglang-fleet-1..3, sshd on 127.0.0.1:31031..31033; the
+# inventory tests/fleet/inventory): testhost/up-fleet.sh, testhost/down-fleet.sh.
+fleet-hosts: image
+	testhost/up-fleet.sh 3
+
+# The fleet sweep on those three hosts (tests/fleet/): deployed with site.yml side by side, probed,
+# then a 9-config sweep over the three with one killed mid-run, and a host down at the start left out.
+fleet: setup image wheelhouse
+	$(MAKE) --no-print-directory fleet-run
+
+fleet-run: venv
+	testhost/up-fleet.sh 3
+	$(BIN)/ansible-playbook -i tests/fleet/inventory site.yml
+	SGLANG_TESTHOST=1 FLEET_E2E_RESULTS=$(RESULTS)/fleet-$(RUN_ID) $(PY) -m pytest -q -p no:cacheprovider -s \
+	  --durations=0 tests/fleet
 
 wheelhouse: venv
 	scripts/build-wheelhouse.sh $(WHEELHOUSE)
@@ -108,6 +133,12 @@ lint: venv
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint
 	$(PY) scripts/render-variable-docs.py --check
+	$(PY) scripts/render-role-defaults.py --check
+
+# ansible-test sanity on the collection ddtree.sglang as a user gets it: built, installed into a fresh path, tested
+# there (scripts/ansible-test-sanity.sh; docs/collection.md).
+sanity: venv
+	scripts/ansible-test-sanity.sh
 
 manifest: venv
 	$(PY) -m repro_py.manifest write
@@ -121,7 +152,7 @@ locks: venv
 
 unit: venv cpu-venv wheelhouse
 	REPRO_REQUIRE_SGLANG_CPU=1 SGLANG_CPU_PYTHON=$(CPU_VENV)/bin/python \
-	  $(PY) -m pytest -q -m "not testhost" -p no:cacheprovider --durations=25
+	  $(PY) -m pytest -q -m "not testhost" -p no:cacheprovider -n 2 --dist loadfile --durations=25
 
 # The toolchain, driver and model side on a bare Ubuntu 24.04 systemd container:
 # site.yml installs the compiler and Python headers, the JIT compile check with the
@@ -156,7 +187,7 @@ service-checks: deploy
 
 service-checks-run: venv
 	SGLANG_TESTHOST=1 $(PY) -m pytest -q -p no:cacheprovider --durations=0 tests/deploy/test_service_testhost.py \
-	  tests/deploy/test_lease_testhost.py tests/deploy/test_ssh_connection.py
+	  tests/deploy/test_lease_testhost.py tests/deploy/test_ssh_connection.py tests/deploy/test_collection_testhost.py
 
 # The sweep through Ansible on the deployed test host (7 configs in one run
 # within the start-limit hour, interrupt + resume, report, manifest), kept
@@ -172,18 +203,22 @@ e2e-run: venv
 	SGLANG_TESTHOST=1 SWEEP_E2E_RESULTS=$(RESULTS) $(PY) -m pytest -q -p no:cacheprovider -s tests/e2e
 
 # Every stage in order, each timed; the times go to results/stage-times.txt.
-TEST_STAGES := setup lint manifest-check locks cpu-venv image wheelhouse unit host-checks molecule deploy \
+TEST_STAGES := setup lint sanity manifest-check locks cpu-venv image wheelhouse unit host-checks molecule deploy \
                service-checks-run e2e-run
 # Stages with test hosts of their own that run beside the main lane once SIDE_AFTER has
 # passed: the rehearsal (its own host container operator-testhost on the podman network
 # operator-rehearsal, its own controller container and mirrors, results under
 # results/rehearsal-RUN_ID). A side-lane stage is a -run target that rebuilds nothing: the
-# prerequisites of `make rehearsal` are main-lane stages that have passed by then. The main
+# prerequisites of `make rehearsal` are main-lane stages that have passed by then; then the fleet
+# (three test hosts of its own, sglang-fleet-1..3, on ports nothing else uses). The main
 # lane's own reruns of the wheelhouse change nothing on disk (scripts/build-wheelhouse.sh).
-SIDE_STAGES := rehearsal-run
+SIDE_STAGES := rehearsal-run fleet-run
 SIDE_AFTER := wheelhouse
 test:
 	@$(TIMED_STAGES) 'make test' $(RESULTS)/stage-times.txt '$(TEST_STAGES)' '$(SIDE_STAGES)' $(SIDE_AFTER)
 
 clean-testhost:
 	testhost/down.sh sglang-testhost || true
+
+clean-fleet-hosts:
+	testhost/down-fleet.sh

@@ -10,7 +10,7 @@ Against the simulated engine as a local process, measures
 
 Two readiness checks are measured:
 
-1. the role's own module ``roles/sglang_service/library/sglang_wait_ready.py``,
+1. the role's own module ``plugins/modules/sglang_wait_ready.py``,
    loaded and run in this process (``main()`` with its real polling loop,
    /health, one-token /generate and /server_info probes, default
    ``poll_interval`` 0.5 s). Only its two systemd calls are replaced:
@@ -49,13 +49,13 @@ from types import ModuleType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / ".collections")]  # the collection's module imports its module_utils by name
 
 from repro_py.simengine.process import Engine, free_port, start_engine  # noqa: E402
 from repro_py.sweep.grid import validate_config  # noqa: E402
 from repro_py.sweep.localproc import LocalProcessReconfigurer  # noqa: E402
 
-MODULE_PATH = ROOT / "roles" / "sglang_service" / "library" / "sglang_wait_ready.py"
+MODULE_PATH = ROOT / "plugins" / "modules" / "sglang_wait_ready.py"
 SPEC_ARGS = ["--speculative-algorithm", "DDTREE", "--speculative-dflash-block-size", "8",
              "--speculative-ddtree-budget", "8", "--speculative-ddtree-topk-cap", "4"]  # fmt: skip
 

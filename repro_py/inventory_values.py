@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 
 from repro_py.ansibleaccess import AnsibleAccess, runner_env
+from repro_py.spec_config import ROLE_VARS
 
 BUNDLE = Path(__file__).resolve().parents[1]
 PLAYBOOK = "playbooks/tool_values.yml"
@@ -66,11 +67,7 @@ TOOL_VARS: tuple[str, ...] = (
     "sglang_service_allow_block_mismatch",
     "tune_space",
     # the config the inventory runs now (the tuner's write-back compares with it)
-    "sglang_service_spec_algorithm",
-    "sglang_service_ddtree_budget",
-    "sglang_service_ddtree_topk",
-    "sglang_service_draft_window",
-    "sglang_service_block_size",
+    *ROLE_VARS.values(),
 )
 SECRET_VARS: tuple[str, ...] = ("sglang_service_api_key", "sglang_service_admin_api_key")
 VAULT_HINT = "pass --vault-password-file FILE, --vault-id ID or --ask-vault-pass, or set ANSIBLE_VAULT_PASSWORD_FILE"

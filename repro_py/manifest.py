@@ -38,6 +38,8 @@ MANIFEST_NAME = "MANIFEST.sha256"
 ROOT_INCLUDE: tuple[str, ...] = (
     "ansible.cfg",
     "site.yml",
+    "galaxy.yml",
+    "meta",
     "pyproject.toml",
     "roles",
     "playbooks",

@@ -12,6 +12,10 @@ Short keys (the playbook's extra vars and the sweep grid's keys):
 ``window``     drafter sliding-window KV size, positive int, or None (full cache)
 ``block_size`` DFlash block size, one of BLOCK_SIZES (ddtree and dflash)
 
+Every list of fields, and what an algorithm drops, is derived from :data:`FIELDS`
+(:func:`fields_of`, :func:`keys_of`, :func:`dropped_keys`, :data:`SETTINGS`,
+:data:`ROLE_VARS`); no other file spells one (``tests/layout/test_contract_lists.py``).
+
 Integers may arrive as decimal strings (``-e budget=8`` gives ``"8"``);
 booleans are refused wherever an integer is expected, and boolean options
 must be real booleans, never strings such as ``"yes"``.
@@ -68,13 +72,40 @@ FIELDS: tuple[Field, ...] = (
 )  # fmt: skip
 FIELD_BY_KEY: dict[str, Field] = {f.key: f for f in FIELDS}
 SHORT_KEYS: tuple[str, ...] = tuple(f.key for f in FIELDS)
+#: The speculative settings: every field but the algorithm itself (``FIELDS[0]``), which every algorithm has.
+SETTINGS: tuple[Field, ...] = FIELDS[1:]
 #: The role variables of the short keys; the sweep refuses them as overrides.
 ROLE_VARS: dict[str, str] = {f.key: f.role_var for f in FIELDS}
+#: The short keys where a none word is a value, not "unset": ``algorithm=none`` is the baseline, ``window=none``
+#: a full draft cache (the sweep grid reads the word as unset in every other key).
+NONE_WORD_KEYS: frozenset[str] = frozenset({"algorithm", "window"})
 #: The engine's name of the speculative algorithm: DDTree is DFLASH's tree mode
 #: (patch 0002), so the server reports DFLASH for both.
 ENGINE_ALGORITHM: dict[str, str | None] = {"ddtree": "DFLASH", "dflash": "DFLASH", "none": None}
+#: How a message names the algorithm that uses a setting ("budget=8 is a DDTree setting").
+ALGORITHM_TITLES: dict[str, str] = {"ddtree": "DDTree", "dflash": "DFlash", "none": "autoregressive"}
 _NONE_WORDS = frozenset({"none", "null", "off", ""})
 _INT_RE = re.compile(r"^[0-9]+$")
+
+
+def fields_of(algorithm: str) -> tuple[Field, ...]:
+    """The fields ``algorithm`` uses, in ``FIELDS`` order, the algorithm's own field first: each gets an engine
+    flag, a label part and an echo value (``Field.algorithms``). Raises ValueError for an unknown algorithm."""
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm={algorithm!r} is not allowed; allowed: {', '.join(ALGORITHMS)}")
+    return tuple(f for f in FIELDS if algorithm in f.algorithms)
+
+
+def keys_of(algorithm: str) -> tuple[str, ...]:
+    """The short keys of :func:`fields_of` (``ddtree``: all five; ``none``: ``algorithm`` alone)."""
+    return tuple(f.key for f in fields_of(algorithm))
+
+
+def dropped_keys(algorithm: str) -> tuple[str, ...]:
+    """The short keys ``algorithm`` does not use, in ``FIELDS`` order: no flag, no label part, reported unset by
+    the server; :func:`validate` refuses a value for one, the action plugin leaves a role variable's value out."""
+    used = keys_of(algorithm)
+    return tuple(key for key in SHORT_KEYS if key not in used)
 
 
 class SpecConfigError(ValueError):
@@ -110,10 +141,9 @@ class SpecConfig:
         if self.algorithm == "none":
             return "baseline"
         parts: list[str] = [self.algorithm]
-        for field in FIELDS[1:]:
-            if self.algorithm in field.algorithms:
-                value = getattr(self, field.key)
-                parts.append(field.label.format("none" if value is None else value))
+        for field in fields_of(self.algorithm)[1:]:
+            value = getattr(self, field.key)
+            parts.append(field.label.format("none" if value is None else value))
         return "-".join(parts)
 
     def as_short(self) -> dict[str, object]:
@@ -162,6 +192,8 @@ def validate(
 ) -> SpecConfig:
     """Validate short keys into a SpecConfig or raise SpecConfigError naming every bad value.
 
+    The algorithm's fields (:func:`keys_of`) are parsed; a value for one it drops (:func:`dropped_keys`) is refused.
+
     ``drafter_block_size`` is the block size in the drafter's own config.json
     when known; a different ``block_size`` is refused unless
     ``allow_block_mismatch`` (the drafter is out of distribution beyond the
@@ -178,70 +210,85 @@ def validate(
         problems.append(f"algorithm={algo_raw!r} is not allowed; allowed: {', '.join(ALGORITHMS)}")
         raise SpecConfigError(problems)
     algorithm: Algorithm = algo
-
-    budget: int | None = None
-    topk: int | None = None
-    window: int | None = None
-    block_size: int | None = None
-
-    if algorithm == "none":
-        for key in ("budget", "topk", "window", "block_size"):
-            if raw.get(key) is not None:
-                problems.append(
-                    f"{key}={raw[key]!r} is set but algorithm=none "
-                    "(the autoregressive baseline) takes no speculative settings"
-                )
-    else:
+    used = keys_of(algorithm)
+    budget = topk = window = block_size = None
+    if "window" in used:
         window, err = _parse_window(raw.get("window"))
         if err:
             problems.append(err)
-        bs_raw = raw.get("block_size", 8)
-        bs, err = parse_int("block_size", bs_raw, minimum=1, maximum=64)
-        if err:
-            problems.append(f"{err.split(';')[0]}; allowed: {', '.join(map(str, BLOCK_SIZES))}")
-        elif bs not in BLOCK_SIZES:
-            problems.append(f"block_size={bs} is not allowed; allowed: {', '.join(map(str, BLOCK_SIZES))}")
-        else:
-            block_size = bs
-            if drafter_block_size is not None and bs != drafter_block_size and not allow_block_mismatch:
-                problems.append(
-                    f"block_size={bs} differs from the drafter's trained block size {drafter_block_size} "
-                    "(config.json); the drafter is out of distribution beyond its trained block. "
-                    "Set allow_block_mismatch=true to run it anyway"
-                )
-        if window is not None and block_size is not None and window < block_size:
-            # sglang 0.5.23's _handle_dflash refuses this at startup.
-            problems.append(
-                f"window={window} is smaller than block_size={block_size}; "
-                "the draft window must hold at least one block (window >= block_size)"
-            )
-        if algorithm == "dflash":
-            for key in ("budget", "topk"):
-                if raw.get(key) is not None:
-                    problems.append(
-                        f"{key}={raw[key]!r} is a DDTree setting but algorithm=dflash; use algorithm=ddtree"
-                    )
-        else:
-            if raw.get("budget") is None:
-                problems.append(f"budget is required for algorithm=ddtree; allowed 1..{BUDGET_MAX}")
-            else:
-                budget, err = parse_int("budget", raw["budget"], minimum=1, maximum=BUDGET_MAX)
-                if err:
-                    problems.append(err)
-            topk_raw = raw.get("topk")
-            if topk_raw is None:
-                problems.append("topk is required for algorithm=ddtree; allowed 1..budget")
-            elif budget is not None:
-                topk, err = parse_int("topk", topk_raw, minimum=1, maximum=budget)
-                if err:
-                    problems.append(err.replace("out of range", f"out of range (topk must be <= budget={budget})"))
-            else:
-                _, err = parse_int("topk", topk_raw, minimum=1, maximum=BUDGET_MAX)
-                if err:
-                    problems.append(err)
+    if "block_size" in used:
+        block_size = _parse_block(raw.get("block_size", 8), problems, drafter_block_size, allow_block_mismatch)
+    if window is not None and block_size is not None and window < block_size:
+        # sglang 0.5.23's _handle_dflash refuses this at startup.
+        problems.append(
+            f"window={window} is smaller than block_size={block_size}; "
+            "the draft window must hold at least one block (window >= block_size)"
+        )
+    problems += [_dropped(key, raw[key], algorithm) for key in dropped_keys(algorithm) if raw.get(key) is not None]
+    if "budget" in used:
+        budget = _parse_budget(raw.get("budget"), algorithm, problems)
+    if "topk" in used:
+        topk = _parse_topk(raw.get("topk"), algorithm, budget, problems)
     if problems:
         raise SpecConfigError(problems)
     return SpecConfig(algorithm=algorithm, budget=budget, topk=topk, window=window, block_size=block_size)
+
+
+def _dropped(key: str, value: object, algorithm: str) -> str:
+    """Why a value for ``key`` is refused: ``algorithm`` does not use it (``Field.algorithms``)."""
+    if algorithm == "none":
+        return f"{key}={value!r} is set but algorithm=none (the autoregressive baseline) takes no speculative settings"
+    users = [a for a in ALGORITHMS if a in FIELD_BY_KEY[key].algorithms]
+    titles = "/".join(ALGORITHM_TITLES[a] for a in users)
+    return f"{key}={value!r} is a {titles} setting but algorithm={algorithm}; use " + " or ".join(
+        f"algorithm={a}" for a in users
+    )
+
+
+def _parse_block(
+    value: object, problems: list[str], drafter_block_size: int | None, allow_block_mismatch: bool
+) -> int | None:
+    """``block_size``: one of BLOCK_SIZES, and the drafter's trained block unless a mismatch is allowed."""
+    bs, err = parse_int("block_size", value, minimum=1, maximum=64)
+    if err:
+        problems.append(f"{err.split(';')[0]}; allowed: {', '.join(map(str, BLOCK_SIZES))}")
+        return None
+    if bs not in BLOCK_SIZES:
+        problems.append(f"block_size={bs} is not allowed; allowed: {', '.join(map(str, BLOCK_SIZES))}")
+        return None
+    if drafter_block_size is not None and bs != drafter_block_size and not allow_block_mismatch:
+        problems.append(
+            f"block_size={bs} differs from the drafter's trained block size {drafter_block_size} "
+            "(config.json); the drafter is out of distribution beyond its trained block. "
+            "Set allow_block_mismatch=true to run it anyway"
+        )
+    return bs
+
+
+def _parse_budget(value: object, algorithm: str, problems: list[str]) -> int | None:
+    if value is None:
+        problems.append(f"budget is required for algorithm={algorithm}; allowed 1..{BUDGET_MAX}")
+        return None
+    budget, err = parse_int("budget", value, minimum=1, maximum=BUDGET_MAX)
+    if err:
+        problems.append(err)
+    return budget
+
+
+def _parse_topk(value: object, algorithm: str, budget: int | None, problems: list[str]) -> int | None:
+    """``topk``: 1..budget (1..BUDGET_MAX while the budget is unknown, so its own problems are still named)."""
+    if value is None:
+        problems.append(f"topk is required for algorithm={algorithm}; allowed 1..budget")
+        return None
+    if budget is None:
+        _, err = parse_int("topk", value, minimum=1, maximum=BUDGET_MAX)
+        if err:
+            problems.append(err)
+        return None
+    topk, err = parse_int("topk", value, minimum=1, maximum=budget)
+    if err:
+        problems.append(err.replace("out of range", f"out of range (topk must be <= budget={budget})"))
+    return topk
 
 
 def fault_suffix(faults: Sequence[str] | str | None) -> str:
@@ -270,9 +317,9 @@ def to_engine_flags(cfg: SpecConfig, *, drafter_path: str | None) -> list[str]:
     flags = [FIELD_BY_KEY["algorithm"].flag, "DDTREE" if cfg.algorithm == "ddtree" else "DFLASH"]
     if drafter_path:
         flags += ["--speculative-draft-model-path", drafter_path]
-    for field in FIELDS[1:]:
+    for field in fields_of(cfg.algorithm)[1:]:
         value = getattr(cfg, field.key)
-        if cfg.algorithm in field.algorithms and value is not None:
+        if value is not None:
             flags += [field.flag, str(value)]
     return flags
 
@@ -283,7 +330,7 @@ def expected_echo(cfg: SpecConfig) -> dict[str, object]:
     echo: dict[str, object] = {FIELD_BY_KEY["algorithm"].echo: ENGINE_ALGORITHM[cfg.algorithm]}
     if cfg.algorithm == "none":
         return echo  # an autoregressive server has no other speculative setting to compare
-    for field in FIELDS[1:]:
+    for field in SETTINGS:
         echo[field.echo] = getattr(cfg, field.key) if cfg.algorithm in field.algorithms else None
     return echo
 

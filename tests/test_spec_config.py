@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from repro_py import spec_config
 from repro_py.spec_config import SpecConfig, SpecConfigError, to_engine_flags, validate
 
 
@@ -84,3 +87,37 @@ def test_engine_flags_for_each_algorithm() -> None:
     base = validate({"algorithm": "none"})
     assert to_engine_flags(base, drafter_path="/m/d") == []
     assert base.label == "baseline" and base.verify_width == 1
+
+
+def test_the_fields_of_each_algorithm_come_from_the_table() -> None:
+    assert spec_config.keys_of("ddtree") == spec_config.SHORT_KEYS
+    assert spec_config.keys_of("dflash") == ("algorithm", "window", "block_size")
+    assert spec_config.keys_of("none") == ("algorithm",)
+    assert spec_config.dropped_keys("ddtree") == ()
+    assert spec_config.dropped_keys("dflash") == ("budget", "topk")
+    assert spec_config.dropped_keys("none") == ("budget", "topk", "window", "block_size")
+    assert spec_config.fields_of("dflash")[0] is spec_config.FIELD_BY_KEY["algorithm"]
+    assert [f.key for f in spec_config.SETTINGS] == ["budget", "topk", "window", "block_size"]
+    with pytest.raises(ValueError, match=r"algorithm='eagle' is not allowed; allowed: ddtree, dflash, none"):
+        spec_config.fields_of("eagle")
+
+
+def test_validate_drops_what_field_algorithms_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The table, not validate, says which algorithm uses a field: a window made DDTree-only is refused for
+    DFLASH with the same message as the DDTree settings, and leaves the DFLASH label and flags."""
+    table = tuple(
+        dataclasses.replace(f, algorithms=frozenset({"ddtree"})) if f.key == "window" else f
+        for f in spec_config.FIELDS
+    )
+    monkeypatch.setattr(spec_config, "FIELDS", table)
+    monkeypatch.setattr(spec_config, "FIELD_BY_KEY", {f.key: f for f in table})
+    monkeypatch.setattr(spec_config, "SETTINGS", table[1:])
+    assert _problems({"algorithm": "dflash", "window": 2048}) == [
+        "window=2048 is a DDTree setting but algorithm=dflash; use algorithm=ddtree"
+    ]
+    chain = validate({"algorithm": "dflash", "block_size": 16})
+    assert chain.label == "dflash-bs16" and chain.window is None
+    assert to_engine_flags(chain, drafter_path=None) == [
+        "--speculative-algorithm", "DFLASH", "--speculative-dflash-block-size", "16",
+    ]  # fmt: skip
+    assert spec_config.expected_echo(chain)["speculative_draft_window_size"] is None

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """sha256 of every file of model directories, cached by (size, mtime).
 
 A 548 GB model is hashed once: the cache (a JSON file on the host) keeps each

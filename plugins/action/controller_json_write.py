@@ -16,22 +16,18 @@ check mode too (the report of a check run says ``check_mode``).
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 from ansible.module_utils.common.json import AnsibleJSONEncoder
 from ansible.plugins.action import ActionBase
+from ansible_collections.ddtree.sglang.plugins.plugin_utils.contract import LazyRepro
 
-_REPO_ROOT = Path(__file__).resolve().parents[2]
-if str(_REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(_REPO_ROOT))
-
-from repro_py.atomicio import write_text_atomic  # noqa: E402
+atomicio = LazyRepro("repro_py.atomicio")
 
 
 def write_json(dest: Path, data: object, mode: int) -> None:
     """``data`` as indented JSON (sorted keys, trailing newline) at ``dest``, atomically, then ``mode``."""
-    write_text_atomic(dest, json.dumps(data, indent=4, sort_keys=True, cls=AnsibleJSONEncoder) + "\n")
+    atomicio.write_text_atomic(dest, json.dumps(data, indent=4, sort_keys=True, cls=AnsibleJSONEncoder) + "\n")
     dest.chmod(mode)
 
 

@@ -9,12 +9,18 @@ everywhere.
 
 Arguments (all optional):
 
+``read_vars`` a real boolean: read ``explicit`` and ``config`` from the play's
+              variables by the contract's names (``spec_config.FIELDS``: each
+              short key, each field's role variable), templated as Ansible
+              templates a module argument, so no task spells the fields. Not
+              together with ``explicit`` or ``config``.
 ``explicit``  short keys given on the command line (``-e budget=8``); a key
               whose value is undefined/None is treated as not given.
 ``config``    the role-variable values of the same short keys (inventory or
-              role defaults). For ``algorithm=dflash`` the DDTree keys coming
-              from here are dropped (they are defaults, not a request); for
-              ``algorithm=none`` every speculative key from here is dropped.
+              role defaults). The keys the algorithm drops
+              (``spec_config.dropped_keys``: the DDTree keys for
+              ``algorithm=dflash``, every speculative key for ``algorithm=none``)
+              are dropped from here: they are defaults, not a request.
 ``drafter_block_size``   block size read from the drafter's config.json.
 ``allow_block_mismatch`` a real boolean.
 ``drafter_path``         draft model path for the engine flags.
@@ -39,33 +45,29 @@ value came from (inventory, role default, or an extra var of the long name).
 
 Returns ``config`` (normalized short keys), ``label`` (``spec_config.run_label``
 with the faults), ``echo`` (``spec_config.expected_echo``: what /server_info
-must report), ``engine_flags`` (``to_engine_flags``), ``integers`` (normalized
-ints) and ``problems``.
+must report), ``echo_keys`` (every field's /server_info key, for the readiness
+module's report, which cannot import the contract on the host), ``engine_flags``
+(``to_engine_flags``), ``integers`` (normalized ints) and ``problems``.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import sys
-from pathlib import Path
 
 from ansible.plugins.action import ActionBase
+from ansible_collections.ddtree.sglang.plugins.plugin_utils.contract import LazyRepro
 
-_REPO_ROOT = Path(__file__).resolve().parents[2]
-if str(_REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(_REPO_ROOT))
+spec_config = LazyRepro("repro_py.spec_config")
+sglang_choices = LazyRepro("repro_py.simengine.sglang_choices")
 
-from repro_py import spec_config  # noqa: E402
-from repro_py.simengine import sglang_choices  # noqa: E402
 
-ENGINE_CHOICES = {
-    "attention_backend": sglang_choices.ATTENTION_BACKENDS,
-    "tool_call_parser": sglang_choices.TOOL_CALL_PARSERS,
-    "reasoning_parser": sglang_choices.REASONING_PARSERS,
-}
-
-_SPEC_KEYS = spec_config.SHORT_KEYS
-_DDTREE_ONLY = ("budget", "topk")
+def engine_choices() -> dict[str, tuple[str, ...]]:
+    """sglang 0.5.23's own lists an engine choice is checked against (``engine_choices``' ``choices``)."""
+    return {
+        "attention_backend": sglang_choices.ATTENTION_BACKENDS,
+        "tool_call_parser": sglang_choices.TOOL_CALL_PARSERS,
+        "reasoning_parser": sglang_choices.REASONING_PARSERS,
+    }
 
 
 def plain(value: object) -> object:
@@ -90,25 +92,29 @@ def _given(value: object) -> bool:
 
 
 def merge_short_keys(explicit: dict[str, object], config: dict[str, object]) -> dict[str, object]:
-    """Explicit short keys win; role-variable values fill in what the algorithm uses."""
-    unknown = sorted(set(explicit) - set(_SPEC_KEYS))
+    """Explicit short keys win; role-variable values fill in what the algorithm uses (``spec_config.dropped_keys``
+    says what it does not; an unknown algorithm drops nothing, validate refuses it)."""
+    unknown = sorted(set(explicit) - set(spec_config.SHORT_KEYS))
     raw: dict[str, object] = {k: v for k, v in explicit.items() if k in unknown}
-    explicit = {k: v for k, v in explicit.items() if k in _SPEC_KEYS and _given(v)}
+    explicit = {k: v for k, v in explicit.items() if k in spec_config.SHORT_KEYS and _given(v)}
     algo = explicit.get("algorithm", config.get("algorithm", "ddtree"))
     algo_word = str(algo).strip().lower() if isinstance(algo, str) else algo
+    dropped = spec_config.dropped_keys(algo_word) if algo_word in spec_config.ALGORITHMS else ()
     raw["algorithm"] = algo
-    for key in _SPEC_KEYS:
-        if key == "algorithm":
-            continue
+    for key in (f.key for f in spec_config.SETTINGS):
         if key in explicit:
             raw[key] = explicit[key]
-            continue
-        if key not in config:
-            continue
-        if algo_word == "none" or (algo_word == "dflash" and key in _DDTREE_ONLY):
-            continue
-        raw[key] = config[key]
+        elif key in config and key not in dropped:
+            raw[key] = config[key]
     return raw
+
+
+def contract_vars(task_vars: dict[str, object]) -> tuple[dict[str, object], dict[str, object]]:
+    """``(explicit, config)`` from the play's variables, untemplated: each short key (an extra var such as
+    ``-e budget=8``; undefined reads as not given) and each field's role variable that is defined."""
+    explicit = {f.key: task_vars.get(f.key) for f in spec_config.FIELDS}
+    config = {f.key: task_vars[f.role_var] for f in spec_config.FIELDS if f.role_var in task_vars}
+    return explicit, config
 
 
 def is_loopback(host: str) -> bool:
@@ -143,10 +149,10 @@ def exposure_problems(spec: dict[str, object]) -> list[str]:
 def engine_choice_problems(checks: dict[str, object]) -> list[str]:
     problems = []
     for name, spec in checks.items():
-        if not isinstance(spec, dict) or spec.get("choices") not in ENGINE_CHOICES:
-            problems.append(f"{name}: engine choice check needs choices in {sorted(ENGINE_CHOICES)}")
+        if not isinstance(spec, dict) or spec.get("choices") not in engine_choices():
+            problems.append(f"{name}: engine choice check needs choices in {sorted(engine_choices())}")
             continue
-        allowed = ENGINE_CHOICES[str(spec["choices"])]
+        allowed = engine_choices()[str(spec["choices"])]
         value = spec.get("value")
         if value == "" and spec.get("allow_empty"):
             continue
@@ -162,16 +168,31 @@ class ActionModule(ActionBase):
     _supports_check_mode = True
     _supports_async = False
 
+    def _short_keys(self, args, task_vars):  # type: ignore[no-untyped-def]
+        """``(explicit, config)``: the arguments, or with ``read_vars`` the play's variables templated (as Ansible
+        templates a module's arguments); a message when they cannot be had."""
+        read_vars = args.get("read_vars", False)
+        if not isinstance(read_vars, bool):
+            return f"read_vars={read_vars!r} must be a real boolean"
+        if read_vars and ("explicit" in args or "config" in args):
+            return "read_vars reads 'explicit' and 'config' from the play's variables; give either read_vars or them"
+        if read_vars:
+            explicit, config = (plain(self._templar.template(v)) for v in contract_vars(task_vars))
+        else:
+            explicit, config = args.get("explicit") or {}, args.get("config") or {}
+        if not isinstance(explicit, dict) or not isinstance(config, dict):
+            return "'explicit' and 'config' must be mappings"
+        return explicit, config
+
     def run(self, tmp=None, task_vars=None):  # type: ignore[no-untyped-def]
         result = super().run(tmp, task_vars)
-        args = plain(dict(self._task.args))
-        assert isinstance(args, dict)
+        args = {str(k): plain(v) for k, v in self._task.args.items()}
         problems: list[str] = []
 
-        explicit = args.get("explicit") or {}
-        config = args.get("config") or {}
-        if not isinstance(explicit, dict) or not isinstance(config, dict):
-            return {**result, "failed": True, "msg": "ddtree_validate: 'explicit' and 'config' must be mappings"}
+        short_keys = self._short_keys(args, task_vars or {})
+        if isinstance(short_keys, str):
+            return {**result, "failed": True, "msg": f"ddtree_validate: {short_keys}"}
+        explicit, config = short_keys
 
         allow = args.get("allow_block_mismatch", False)
         allow_bool, err = spec_config.parse_bool("allow_block_mismatch", allow)
@@ -212,7 +233,7 @@ class ActionModule(ActionBase):
                 integers_out[name] = number
 
         for name, value in (args.get("booleans") or {}).items():
-            _, err = spec_config.parse_bool(name, value)
+            err = spec_config.parse_bool(name, value)[1]
             if err:
                 problems.append(err)
 
@@ -234,7 +255,9 @@ class ActionModule(ActionBase):
             )
             return result
 
-        assert cfg is not None
+        if cfg is None:  # spec_config.validate returns a config or raises with its problems
+            result.update(failed=True, msg="ddtree_validate: spec_config.validate returned no config and no problem")
+            return result
         drafter_path = args.get("drafter_path")
         faults = args.get("faults") or []
         label = spec_config.run_label(cfg, faults if isinstance(faults, (list, str)) else [])
@@ -243,6 +266,7 @@ class ActionModule(ActionBase):
             config=cfg.as_short(),
             label=label,
             echo=spec_config.expected_echo(cfg),
+            echo_keys=[f.echo for f in spec_config.FIELDS],
             engine_flags=spec_config.to_engine_flags(cfg, drafter_path=drafter_path or None),
             integers=integers_out,
             # sglang 0.5.23's --attention-backend choices: the restart chain names the ones the GPUs can run

@@ -8,6 +8,7 @@ from typing import Any
 import aiohttp
 
 from repro_py.endpoint import Endpoint
+from repro_py.spec_config import FIELD_BY_KEY, FIELDS
 
 
 class ServerInfoError(RuntimeError):
@@ -26,31 +27,47 @@ def _opt_int(value: object) -> int | None:
     return None
 
 
+#: The bench result's name of a field in its ``engine.speculative`` section, where it is not the short key (the
+#: stored format, older than the contract's table).
+_SUMMARY_NAMES = {"budget": "ddtree_budget", "topk": "ddtree_topk_cap"}
+
+
 @dataclasses.dataclass(frozen=True)
 class ServerInfo:
     raw: dict[str, Any]
     path: str
 
+    def _echoed(self, key: str) -> object:
+        """What the server reports for the contract's field ``key`` (under its echo key)."""
+        return self.raw.get(FIELD_BY_KEY[key].echo)
+
+    def settings(self) -> dict[str, str | int | None]:
+        """Every field of the contract as the server reports it, by short key in ``FIELDS`` order: the algorithm
+        as text (:attr:`speculative_algorithm`), every other setting as an int; None when unset."""
+        return {
+            f.key: self.speculative_algorithm if f.key == "algorithm" else _opt_int(self._echoed(f.key)) for f in FIELDS
+        }
+
     @property
     def speculative_algorithm(self) -> str | None:
-        algo = self.raw.get("speculative_algorithm")
+        algo = self._echoed("algorithm")
         return str(algo) if algo not in (None, "") else None
 
     @property
     def ddtree_budget(self) -> int | None:
-        return _opt_int(self.raw.get("speculative_ddtree_budget"))
+        return _opt_int(self._echoed("budget"))
 
     @property
     def ddtree_topk_cap(self) -> int | None:
-        return _opt_int(self.raw.get("speculative_ddtree_topk_cap"))
+        return _opt_int(self._echoed("topk"))
 
     @property
     def block_size(self) -> int | None:
-        return _opt_int(self.raw.get("speculative_dflash_block_size"))
+        return _opt_int(self._echoed("block_size"))
 
     @property
     def window(self) -> int | None:
-        return _opt_int(self.raw.get("speculative_draft_window_size"))
+        return _opt_int(self._echoed("window"))
 
     @property
     def num_draft_tokens(self) -> int | None:
@@ -121,11 +138,7 @@ class ServerInfo:
             "context_length": self.context_length,
             "served_model_name": self.served_model_name,
             "speculative": {
-                "algorithm": self.speculative_algorithm,
-                "ddtree_budget": self.ddtree_budget,
-                "ddtree_topk_cap": self.ddtree_topk_cap,
-                "block_size": self.block_size,
-                "window": self.window,
+                **{_SUMMARY_NAMES.get(key, key): value for key, value in self.settings().items()},
                 "num_draft_tokens": self.num_draft_tokens,
             },
             "server_info_path": self.path,

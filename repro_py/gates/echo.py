@@ -14,7 +14,7 @@ import dataclasses
 from typing import Any
 
 from repro_py.bench.server_info import ServerInfo
-from repro_py.spec_config import SpecConfig, echo_differences, expected_echo
+from repro_py.spec_config import FIELD_BY_KEY, SpecConfig, echo_differences, expected_echo
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,11 +38,7 @@ def echo_result(info: ServerInfo, expected: SpecConfig) -> dict[str, Any]:
         "passed": not mismatches,
         "expected": expected.as_short(),
         "reported": {
-            "speculative_algorithm": info.speculative_algorithm,
-            "speculative_ddtree_budget": info.ddtree_budget,
-            "speculative_ddtree_topk_cap": info.ddtree_topk_cap,
-            "speculative_dflash_block_size": info.block_size,
-            "speculative_draft_window_size": info.window,
+            **{FIELD_BY_KEY[key].echo: value for key, value in info.settings().items()},
             "speculative_num_draft_tokens": info.num_draft_tokens,
         },
         "mismatches": [dataclasses.asdict(m) for m in mismatches],

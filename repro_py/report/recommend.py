@@ -8,7 +8,9 @@ larger coefficient of variation) the note says so, and a noisy winner cell is
 flagged. Configs measured at different simulated speeds (``sim_speed``) are
 not compared: when the eligible configs span several, no winner is picked and
 the note says why. Neither are configs measured at different sampling settings
-(temperature, top_p): each setting gets its own winners.
+(temperature, top_p): each setting gets its own winners. Nor, in a fleet sweep, configs
+measured on hosts of different hardware classes (``host_class``): each class is its own
+sweep, and its figures are corrected by each host's offset before they are ranked.
 """
 
 from __future__ import annotations
@@ -91,6 +93,16 @@ def _value(row: Mapping[str, Any], key: str) -> float | None:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
+def _mixed_classes(rows: Sequence[Mapping[str, Any]]) -> str | None:
+    """The host classes of ``rows``, listed, when there are several (a row with no host counts as one of its own:
+    a one-host sweep's figures are no more comparable with a fleet class's); None when they are of one class."""
+    classes = {str(row["host_class"]) if row.get("host_class") else None for row in rows if row.get("host")}
+    if any(not row.get("host") for row in rows) and classes:
+        classes.add("no host class")
+    named = sorted(c for c in classes if c is not None) + (["unknown class"] if None in classes else [])
+    return ", ".join(named) if len(named) > 1 else None
+
+
 def pick(objective: Objective, table: Sequence[Mapping[str, Any]]) -> Winner:
     eligible: list[tuple[float, Mapping[str, Any]]] = []
     excluded: list[str] = []
@@ -113,6 +125,11 @@ def pick(objective: Objective, table: Sequence[Mapping[str, Any]]) -> Winner:
     if len(speeds) > 1:
         listed = ", ".join(speed_text(v) for v in speeds)
         note = f"no winner: eligible configs ran at different sim speeds ({listed}); their figures are not comparable"
+        return Winner(objective, None, None, None, None, len(eligible), excluded, note)
+    mixed = _mixed_classes([row for _, row in eligible])
+    if mixed:
+        why = f"eligible configs ran on hosts of different classes ({mixed})"
+        note = f"no winner: {why}; their figures are not comparable"
         return Winner(objective, None, None, None, None, len(eligible), excluded, note)
     eligible.sort(key=lambda item: item[0], reverse=True)
     best_v, best = eligible[0]

@@ -113,6 +113,10 @@ def context(
         "lossless_mode": run.lossless_mode,
         "sandbox": plan.get("sandbox") or {},
         "sandboxes": sorted({r["sandbox"] for r in table} - {"-"}),
+        "fleet": any(r["host"] for r in table),
+        "fleet_classes": sorted({str(r["host_class"]) for r in table if r["host"] and r["host_class"]}),
+        "fleet_hosts": sorted({str(r["host"]) for r in table if r["host"]}),
+        "relaunched": [r for r in table if r["attempt_list"]],
         "missing": [
             item.get("label")
             for item in plan.get("configs") or []

@@ -24,6 +24,10 @@ first), and the client/engine ratio of mean end-to-end latency (the engine's
 own histograms; near 1 means the two clocks agree). A failed cell or repeat
 never gives a figure: ``failed_cells``/``failed_repeats`` count them and
 ``failures(result)`` lists each with its reason.
+
+A fleet sweep's result names its host: its ranked tok/s figures (and the per-cell tok/s of
+:func:`cell_rows`) are corrected by the host's offset, the figures as measured kept as ``*_raw``
+(:mod:`repro_py.report.hosts`).
 """
 
 from __future__ import annotations
@@ -37,20 +41,18 @@ from pathlib import Path
 from typing import Any
 
 from repro_py import sampling_settings
+from repro_py.report import hosts
 from repro_py.results.lossless_mode import DETERMINISTIC_LABEL, FLAG, SHARED, stored_mode
 from repro_py.results.schema import ConfigResult, ResultError, load_result
 from repro_py.sampling_settings import Sampling
 from repro_py.simmark import SIM_MARK, distinct_speeds, speed_text
+from repro_py.spec_config import SHORT_KEYS
 
 CSV_COLUMNS: tuple[str, ...] = (
     "engine",
     "sim_speed",
     "label",
-    "algorithm",
-    "budget",
-    "topk",
-    "window",
-    "block_size",
+    *SHORT_KEYS,
     "sim_fault",
     "temperature",
     "top_p",
@@ -342,15 +344,11 @@ def row(run: Run, result: Mapping[str, Any]) -> dict[str, Any]:
     fp = result.get("fingerprint") or {}
     cells = _cells(result)
     simulated = engine.get("kind") == "simulated" or fp.get("engine_kind") == "simulated" or run.simulated
-    return {
+    out: dict[str, Any] = {
         "engine": SIM_MARK if simulated else "real",
         "sim_mark": _sim_mark(result) if simulated else None,
         "label": result.get("label"),
-        "algorithm": cfg.get("algorithm"),
-        "budget": cfg.get("budget"),
-        "topk": cfg.get("topk"),
-        "window": cfg.get("window"),
-        "block_size": cfg.get("block_size"),
+        **{key: cfg.get(key) for key in SHORT_KEYS},
         "sim_fault": cfg.get("sim_fault"),
         "temperature": sampling_settings.of_result(result).temperature,
         "top_p": sampling_settings.of_result(result).top_p,
@@ -388,6 +386,8 @@ def row(run: Run, result: Mapping[str, Any]) -> dict[str, Any]:
         "unit_sha256": fp.get("unit_sha256"),
         "wall_s": _num(result.get("wall_s")),
     }
+    out.update(hosts.fields(result, out))  # a fleet sweep's host: its offset corrects the ranked figures
+    return out
 
 
 def rows(run: Run) -> list[dict[str, Any]]:
@@ -408,7 +408,8 @@ def cell_rows(run: Run) -> Iterable[dict[str, Any]]:
                 "concurrency": cell.get("concurrency"),
                 "cell_status": cell.get("status"),
                 "running_cap": cell.get("running_cap"),
-                "output_tps": cell_figure(cell, "output_tps") if cell.get("status") == "ok" else None,
+                "output_tps": hosts.correct(result, cell_figure(cell, "output_tps")) if cell.get("status") == "ok"
+                else None,
                 "accept_length": cell_figure(cell, "accept_length") if cell.get("status") == "ok" else None,
                 "cv": cell_cv(cell),
                 "noisy": bool(cell.get("noisy")),
@@ -426,9 +427,11 @@ def _csv_value(value: object) -> str:
 
 
 def to_csv(table: list[dict[str, Any]]) -> str:
+    """One row per config; a fleet run's (a result with a host) also has the host's columns and the raw figures."""
+    columns = CSV_COLUMNS + (hosts.FLEET_CSV_COLUMNS if any(item.get("host") for item in table) else ())
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
+    writer.writerow(columns)
     for item in table:
-        writer.writerow([_csv_value(item.get(col)) for col in CSV_COLUMNS])
+        writer.writerow([_csv_value(item.get(col)) for col in columns])
     return buf.getvalue()

@@ -55,6 +55,15 @@ class ConfigResult(TypedDict):
     #: seconds per stage: reconfigure_s, load_s, server_info_s, bench_s, gates_s; with the lossless gate's own
     #: restart also lossless_reconfigure_s, lossless_load_s, lossless_gate_s
     timing: NotRequired[dict[str, float]]
+    #: a fleet sweep's or tuning run's: the host that measured it (name, class, offset, offset_uncertainty; a tuning
+    #: run applies no offset and keeps the host's as ``offset_measured``)
+    host: NotRequired[dict[str, Any]]
+    #: the hardware class of the host that measured it, as ``playbooks/host_class.yml`` read it before the first
+    #: restart (``key``, GPU model and count, driver, toolkit, sglang, series digest; a local simulated engine's
+    #: class is ``local-simulated``)
+    host_class: NotRequired[dict[str, Any]]
+    #: on several hosts: the earlier measurements of it that did not count (host, cause, failure, at), in order
+    attempts: NotRequired[list[dict[str, Any]]]
 
 
 _NUMBER = (int, float)

@@ -142,11 +142,11 @@ def _dflash_keys(
     drafter_block = drafter_block_size_of(drafter_cfg, ns.speculative_draft_model_path)
     block, block_flag = _dflash_block(ns, drafter_block, warnings)
     tree = algo == "DDTREE" or ns.speculative_ddtree_budget is not None
-    short: dict[str, object] = {"algorithm": "ddtree" if tree else "dflash", "block_size": block}
-    for key in ("budget", "topk", "window"):
-        value = getattr(ns, _KEY_TO_FLAG[key][1])
+    short: dict[str, object] = {"algorithm": "ddtree" if tree else "dflash"}
+    for field in spec_config.SETTINGS:  # every setting given (validate refuses the ones the algorithm drops)
+        value = block if field.key == "block_size" else getattr(ns, field.echo)
         if value is not None:
-            short[key] = value
+            short[field.key] = value
     for dest in ("speculative_num_steps", "speculative_eagle_topk"):
         value = getattr(ns, dest)
         if value is not None and value != 1:
@@ -204,17 +204,15 @@ def _echoed_args(
         served_model_name=served,
         context_length=context_length,
         max_running_requests=max_running,
-        speculative_algorithm=None if spec.algorithm == "none" else "DFLASH",
-        speculative_dflash_block_size=spec.block_size,
         speculative_num_draft_tokens=spec.block_size,
         speculative_num_steps=None if spec.algorithm == "none" else 1,
         speculative_eagle_topk=None if spec.algorithm == "none" else 1,
-        speculative_ddtree_budget=spec.budget,
-        speculative_ddtree_topk_cap=spec.topk,
-        speculative_draft_window_size=spec.window,
         speculative_draft_model_revision="main" if spec.algorithm != "none" else None,
         device="cuda",
     )
+    # the contract's settings as resolved (None where the algorithm drops one), the algorithm as the engine names it
+    args.update({f.echo: getattr(spec, f.key) for f in spec_config.SETTINGS})
+    args[spec_config.FIELD_BY_KEY["algorithm"].echo] = spec_config.ENGINE_ALGORITHM[spec.algorithm]
     return args
 
 

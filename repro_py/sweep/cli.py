@@ -28,12 +28,13 @@ from repro_py.atomicio import write_json_atomic
 from repro_py.codeeval.sandbox import IsolationUnavailable
 from repro_py.exitcodes import ExitCode
 from repro_py.report.render import build_report
-from repro_py.sweep import extravars, lossless_restart, state
+from repro_py.sweep import extravars, fleet, lossless_restart, state
 from repro_py.sweep import inventory as inventorymod
 from repro_py.sweep.cmdline import RUN_ID_RE, bench_plan, default_run_id, parse_extra_vars, run_sampling, stored_plan
 from repro_py.sweep.errors import PlanError
+from repro_py.sweep.fleethosts import class_of
 from repro_py.sweep.grid import grid_from_target, load_grid_file
-from repro_py.sweep.inventory import Target, source_args, target_from_args
+from repro_py.sweep.inventory import Target, access_from_args, load_targets, source_args, target_from_args
 from repro_py.sweep.lease import TAKEOVER_FLAG
 from repro_py.sweep.measure import BundleMeasure, coding_sandbox
 from repro_py.sweep.messages import print_gates, print_plan, print_resume, refuse_unisolated
@@ -48,7 +49,8 @@ BUNDLE = Path(__file__).resolve().parents[2]
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m repro_py.sweep",
-        description="Sweep speculative-decoding configs on one host: reconfigure, benchmark, gate, report.",
+        description="Sweep speculative-decoding configs on a host, or on several side by side: reconfigure, "
+        "benchmark, gate, report.",
     )
     p.add_argument("inventory", type=Path, help="Ansible inventory (e.g. inventory/local)")
     inventorymod.add_arguments(p)
@@ -76,7 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--top-p", type=float, help="top_p of every benchmark request, in (0, 1], for grid entries that name none "
         "(default 1)",
     )  # fmt: skip
-    p.add_argument("--limit-hosts", metavar="HOST", help="the inventory host (or group) to sweep when it has several")
+    p.add_argument(
+        "--limit-hosts", metavar="PATTERN",
+        help="the inventory host, group or pattern to sweep (default: every host; several hosts are swept side by "
+        "side, each hardware class on its own: docs/sweep.md)",
+    )  # fmt: skip
+    fleet.add_arguments(p)
     lossless_restart.add_argument(p)
     p.add_argument(
         "--reconfigurer",
@@ -151,10 +158,11 @@ def _grid(args: argparse.Namespace, target: Target, stored: dict[str, Any] | Non
     return grid_from_target(target), f"{args.inventory}: sweep_grid"
 
 
-def plan_from_args(args: argparse.Namespace) -> PlannedRun:
-    """Everything the command line asks for, validated; :class:`PlanError` names what is refused."""
+def plan_from_args(args: argparse.Namespace, target: Target | None = None) -> PlannedRun:
+    """Everything the command line asks for, validated; :class:`PlanError` names what is refused. ``target``: the
+    host already resolved from the command line (else it is resolved here)."""
     extra_vars = parse_extra_vars(args.extra_var)
-    target = target_from_args(args, extra_vars)
+    target = target or target_from_args(args, extra_vars)
     run_dir: state.RunDir | None = None
     stored: dict[str, Any] | None = None
     if args.run_id is not None and not RUN_ID_RE.match(args.run_id):
@@ -190,13 +198,34 @@ def _report(args: argparse.Namespace, run_dir: state.RunDir, console: Console) -
     return None
 
 
+def _host_class(args: argparse.Namespace, planned: PlannedRun, console: Console) -> dict[str, Any] | None:
+    """The host's hardware class, recorded in the plan and every result; a host whose class cannot be read (not
+    reachable, the patch series missing or not this bundle's) is refused, except by ``--dry-run``, which says why
+    a run would be."""
+    try:
+        return class_of(BUNDLE, planned.target, local=args.reconfigurer == "local", extra_vars=planned.extra_vars)
+    except PlanError as exc:
+        if not args.dry_run:
+            raise
+        console.print(f"[yellow]hardware class not read ({'; '.join(exc.problems)}): a run would be refused[/]",
+                      highlight=False)  # fmt: skip
+        return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
     out = Console(width=None if sys.stdout.isatty() else 160)
     results_root: Path = args.results
     try:
-        planned = plan_from_args(args)
+        targets = load_targets(
+            args.inventory, limit=args.limit_hosts, layers=args.layers, access=access_from_args(args),
+            extra_vars=parse_extra_vars(args.extra_var),
+        )  # fmt: skip
+        if len(targets) > 1:  # several hosts: each measures the grid of its class, side by side
+            return fleet.run_fleet(args, targets, bundle=BUNDLE, console=console, out=out)
+        planned = plan_from_args(args, targets[0])
+        host_class = _host_class(args, planned, console)
     except PlanError as exc:
         console.print("[red]the plan was refused; nothing was restarted:[/]")
         for problem in exc.problems:
@@ -209,6 +238,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except IsolationUnavailable as exc:
         return refuse_unisolated(console, exc)
     run_id = run_dir.run_id if run_dir else (args.run_id or default_run_id(target))
+    if host_class is not None:
+        out.print(f"host {target.host}: hardware class {host_class['key']}", highlight=False)
     print_plan(out, plan, run_id)
     print_gates(out, sandbox, plan)
     if args.dry_run:
@@ -232,7 +263,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan, reconfigurer, lease = chosen
     try:
         run_dir.path.mkdir(parents=True, exist_ok=True)
-        extra = {"extra_vars": planned.extra_vars, "reconfigurer": args.reconfigurer, "sandbox": sandbox}
+        extra = {"extra_vars": planned.extra_vars, "reconfigurer": args.reconfigurer, "sandbox": sandbox,
+                 "host_class": host_class}  # fmt: skip
         write_json_atomic(run_dir.plan, {**plan.as_dict(run_id), **extra})
         runner = SweepRunner(
             plan,
@@ -242,7 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 gates_kwargs={"allow_unisolated": args.allow_unisolated}, sampled_reference=run_dir.sampled_reference
             ),
             bundle=BUNDLE,
-            options=SweepOptions(restore=not args.no_restore, retry_failed=args.retry_failed),
+            options=SweepOptions(restore=not args.no_restore, retry_failed=args.retry_failed, host_class=host_class),
             console=console,
         )
         outcome = asyncio.run(runner.run())

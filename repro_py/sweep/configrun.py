@@ -29,7 +29,7 @@ import functools
 import json
 import threading
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,13 @@ class ConfigRun:
     console: Console
     #: configs finished from a partial in this session (only their second stage ran)
     resumed: set[str] = dataclasses.field(default_factory=set)
+    #: awaited before a speculative config's gates read the baseline's references (a fleet's hosts run configs
+    #: side by side while one of them still measures the baseline), with whether they need its lossless reference
+    #: (made in its lossless gate) or only what its production stage makes (the sampled gate's samples); None: the
+    #: references are there already
+    before_reference: Callable[[PlannedConfig, bool], Awaitable[None]] | None = None
+    #: called when a stage of a config is done (``production``, ``lossless``), before the next starts
+    on_stage: Callable[[PlannedConfig, str], None] | None = None
 
     @property
     def mode(self) -> LosslessRestart:
@@ -101,6 +108,8 @@ class ConfigRun:
                 done.append(stage)
                 if len(done) < len(stages):
                     self._write_partial(cfg, result, done, controller_fp, t0)
+                if self.on_stage is not None:
+                    self.on_stage(cfg, stage)
             return self._conclude(result)
         finally:
             result["fingerprint"] = fingerprint.full_fingerprint(
@@ -274,10 +283,15 @@ class ConfigRun:
         finally:
             result["timing"][timing_key] = round(time.monotonic() - t, 3)
 
+    async def _await_reference(self, cfg: PlannedConfig, *, lossless: bool) -> None:
+        if self.before_reference is not None and cfg.spec.algorithm != BASELINE:
+            await self.before_reference(cfg, lossless)
+
     async def _production_gates(self, cfg: PlannedConfig, result: ConfigResult, invocation: str | None) -> bool:
+        which = PRODUCTION_GATES if self.mode.own_restart else GATE_NAMES
+        await self._await_reference(cfg, lossless="lossless" in which)
         endpoint = self.plan.target.endpoint
         private = self.run_dir.runner_dir(cfg.label)
-        which = PRODUCTION_GATES if self.mode.own_restart else GATE_NAMES
         reference = self._load_reference() if "lossless" in which else None
         gates = await self._ask_gates(cfg, result, reference, which, timing_key="gates_s")
         if isinstance(gates, _GateError):
@@ -306,6 +320,7 @@ class ConfigRun:
     async def _lossless(self, cfg: PlannedConfig, result: ConfigResult) -> bool:
         """The lossless gate in its own restart with deterministic inference; never final (its failures are the
         gate's, with their cause)."""
+        await self._await_reference(cfg, lossless=True)
         reference = self._load_reference()
         if reference is None and cfg.spec.algorithm != BASELINE:  # a restart that could judge nothing: not made
             self._merge_lossless(result, {

@@ -150,15 +150,17 @@ def load_grid_file(path: Path) -> list[dict[str, object]]:
 
 
 def _normalise(raw: Mapping[str, object]) -> dict[str, object]:
-    """Drop keys irrelevant to an algorithm (a product over all keys hits them) only for the baseline."""
+    """Drop the unset settings the baseline does not use (a product over all keys hits them), and read the words
+    none/null as unset in every key but those where they are a value (``spec_config.NONE_WORD_KEYS``)."""
     out = dict(raw)
     algo = out.get("algorithm")
     if isinstance(algo, str) and algo.strip().lower() == "none":
-        for key in ("budget", "topk", "window", "block_size"):
+        for key in spec_config.dropped_keys("none"):
             if key in out and out[key] in (None, "none", "null"):
                 out.pop(key)
     for key, value in list(out.items()):
-        if key not in {"window", "algorithm"} and isinstance(value, str) and value.strip().lower() in {"none", "null"}:
+        unset_word = isinstance(value, str) and value.strip().lower() in {"none", "null"}
+        if unset_word and key not in spec_config.NONE_WORD_KEYS:
             out[key] = None
     return out
 

@@ -1,31 +1,26 @@
-"""The role's stdlib host helpers, loaded on the controller from the same files Ansible ships.
+"""The collection's stdlib host helpers, imported on the controller from the same files Ansible ships to the hosts.
 
-The failure classifier (``sglang_failure``) and the host lease rules
-(``sglang_lease``) run on the host inside the role's modules and on the
-controller in the sweep; one file each, so the two never disagree.
+The failure classifier (``sglang_failure``) and the host lease rules (``sglang_lease``) run on the host inside the
+collection's modules and on the controller in the sweep; one file each, so the two never disagree. The same holds
+for the patch series' digest (``sglang_patch_files``). They are the collection's public ``plugins/module_utils``,
+imported by their collection name (``ansible_collections.ddtree.sglang.plugins.module_utils.<name>``): a checkout
+puts its ``.collections`` on the path (``make venv``), an installed collection is found where it is installed.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.util
+import importlib
 from collections.abc import Sequence
-from pathlib import Path
 from types import ModuleType
 
-MODULE_UTILS = Path(__file__).resolve().parents[2] / "roles" / "sglang_service" / "module_utils"
+PACKAGE = "ansible_collections.ddtree.sglang.plugins.module_utils"
 
 
 @functools.cache
 def load(name: str) -> ModuleType:
-    """``roles/sglang_service/module_utils/<name>.py`` as a module (stdlib only, so it imports anywhere)."""
-    path = MODULE_UTILS / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"_sglang_hostcode_{name}", path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The collection's ``plugins/module_utils/<name>.py`` (stdlib only, so it imports anywhere)."""
+    return importlib.import_module(f"{PACKAGE}.{name}")
 
 
 def explain_failure(state: str, journal: Sequence[str]) -> str:

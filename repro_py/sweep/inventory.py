@@ -85,7 +85,7 @@ def _limited(hosts: Mapping[str, Any], limit: str | None) -> dict[str, HostValue
     }
 
 
-def load_target(
+def load_targets(
     inventory: Path,
     *,
     limit: str | None = None,
@@ -93,9 +93,10 @@ def load_target(
     access: AnsibleAccess | None = None,
     extra_vars: Mapping[str, object] | None = None,
     resolved: Mapping[str, Any] | None = None,
-) -> Target:
-    """The single host of ``inventory`` (plus ``layers``), or the one ``limit`` names, its values resolved by
-    Ansible (``resolved``: host -> values instead, for tests). Refused: :class:`PlanError` naming the problem."""
+) -> list[Target]:
+    """Every host of ``inventory`` (plus ``layers``) that ``limit`` selects (a host, a group or a pattern, as
+    Ansible reads it), sorted by name, its values resolved by Ansible (``resolved``: host -> values instead, for
+    tests). Refused: :class:`PlanError` naming the problem (no such source, no host selected, an endpoint)."""
     access = access or AnsibleAccess()
     sources = (inventory, *layers)
     for source in sources:
@@ -111,23 +112,42 @@ def load_target(
     where = " + ".join(map(str, sources))
     if not hosts:
         raise PlanError([f"no host in {where}" + (f" matching --limit-hosts {limit}" if limit else "")])
-    if len(hosts) > 1:
-        names = ", ".join(sorted(hosts))
-        raise PlanError([f"{where} has {len(hosts)} hosts ({names}); a sweep measures one: pass --limit-hosts HOST"])
-    host, values = next(iter(hosts.items()))
-    try:
-        endpoint = endpoint_of(host, values.values)
-    except ValueError as exc:
-        raise PlanError([f"endpoint of {host}: {exc}"]) from exc
-    return Target(
-        inventory=inventory,
-        host=host,
-        hostvars=values.public(),
-        endpoint=endpoint,
-        engine_kind=engine_kind_of(values.values),
-        layers=tuple(layers),
-        access=access,
+    targets: list[Target] = []
+    problems: list[str] = []
+    for host, values in sorted(hosts.items()):
+        try:
+            endpoint = endpoint_of(host, values.values)
+        except ValueError as exc:
+            problems.append(f"endpoint of {host}: {exc}")
+            continue
+        targets.append(Target(
+            inventory=inventory, host=host, hostvars=values.public(), endpoint=endpoint,
+            engine_kind=engine_kind_of(values.values), layers=tuple(layers), access=access,
+        ))  # fmt: skip
+    if problems:
+        raise PlanError(problems)
+    return targets
+
+
+def load_target(
+    inventory: Path,
+    *,
+    limit: str | None = None,
+    layers: Sequence[Path] = (),
+    access: AnsibleAccess | None = None,
+    extra_vars: Mapping[str, object] | None = None,
+    resolved: Mapping[str, Any] | None = None,
+) -> Target:
+    """The single host of ``inventory`` (plus ``layers``), or the one ``limit`` names (:func:`load_targets`);
+    refused (:class:`PlanError`) when the selection holds several hosts."""
+    targets = load_targets(
+        inventory, limit=limit, layers=layers, access=access, extra_vars=extra_vars, resolved=resolved
     )
+    if len(targets) > 1:
+        where = " + ".join(map(str, (inventory, *layers)))
+        names = ", ".join(t.host for t in targets)
+        raise PlanError([f"{where} has {len(targets)} hosts ({names}); a sweep measures one: pass --limit-hosts HOST"])
+    return targets[0]
 
 
 def target_from_args(

@@ -1,6 +1,6 @@
 """A sweep's host lease: taken once before the first reconfigure, given back when the sweep ends.
 
-The rules are the role's (``roles/sglang_service/module_utils/sglang_lease.py``,
+The rules are the role's (``plugins/module_utils/sglang_lease.py``,
 applied on the host by ``playbooks/lease.yml``): a second sweep or deploy on
 the host is refused at once, naming the holder, since when and how to take the
 lease over; a lease whose holder's controller process is gone (same controller,
@@ -103,6 +103,22 @@ class HostLease:
         self.held = True
         took = [str(res.get("msg")) for res in _results(events) if res.get("took_over")]
         return "; ".join(took) if took else f"host lease {self.lease_id} taken for sweep {self.run_id}"
+
+    def check(self) -> str | None:
+        """None while this lease still holds the host; otherwise why not, an infrastructure cause: the host is
+        unreachable, or another run holds its lease now (a fleet then takes the host out of the run)."""
+        try:
+            status, rc, events = self._run("acquired", {"sglang_service_lease_takeover": False})
+        except Exception as exc:  # the play could not even run: say so, as the cause
+            return f"the lease check could not run: {type(exc).__name__}: {exc}"
+        if rc == 0:
+            return None
+        failures = failed_task_messages(events)
+        unreachable = [f for f in failures if f["unreachable"]]
+        if unreachable:
+            return f"unreachable: {unreachable[-1]['msg']}"
+        why = failures[-1]["msg"] if failures else f"the lease play ended with status={status} rc={rc}"
+        return f"host lease lost: {why}"
 
     def release(self) -> str:
         """Give the lease back (if still ours); what happened. Never raises for a play that failed."""

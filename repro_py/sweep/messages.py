@@ -14,8 +14,12 @@ from rich.table import Table
 
 from repro_py.codeeval.sandbox import IsolationUnavailable
 from repro_py.exitcodes import ExitCode
+from repro_py.spec_config import FIELDS
 from repro_py.sweep.estimate import estimate_basis, format_duration
 from repro_py.sweep.plan import Plan
+
+#: The plan table's column of a field, where it is not the short key (the table is wide enough as it is).
+_COLUMN_TITLES = {"block_size": "block"}
 
 
 def print_plan(console: Console, plan: Plan, run_id: str) -> None:
@@ -23,15 +27,13 @@ def print_plan(console: Console, plan: Plan, run_id: str) -> None:
     if plan.simulated:
         title = "SIMULATED " + title
     table = Table(title=title)
-    for col in ("#", "label", "algorithm", "budget", "topk", "window", "block", "sim_fault", "sampling"):
+    for col in ("#", "label", *(_COLUMN_TITLES.get(f.key, f.key) for f in FIELDS), "sim_fault", "sampling"):
         table.add_column(col)
     for index, cfg in enumerate(plan.configs, start=1):
-        s = cfg.spec
         table.add_row(
             str(index),
             cfg.label,
-            s.algorithm,
-            *("-" if v is None else str(v) for v in (s.budget, s.topk, s.window, s.block_size)),
+            *("-" if v is None else str(v) for v in (getattr(cfg.spec, f.key) for f in FIELDS)),
             cfg.sim_fault or "",
             cfg.sampling.text,
         )

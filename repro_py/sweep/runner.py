@@ -66,6 +66,8 @@ class SweepOptions:
     restore: bool = True
     retry_failed: bool = False
     bench_timeout_s: float | None = None
+    #: the host's hardware class (``key`` and what was read), written into every result
+    host_class: Mapping[str, Any] | None = None
 
 
 @dataclasses.dataclass
@@ -158,6 +160,8 @@ class SweepRunner:
         finally:
             self._current = None
         result = self._finish(result, t0)
+        if self.options.host_class is not None:
+            result["host_class"] = dict(self.options.host_class)
         write_json_atomic(self.run_dir.result(cfg.label), result)
         self.run_dir.partial(cfg.label).unlink(missing_ok=True)  # the result holds everything it held
         return result

@@ -130,6 +130,21 @@ class RunDir:
 
 
 @dataclasses.dataclass(frozen=True)
+class HostRunDir(RunDir):
+    """A class's run directory as one host of a fleet writes into it: the results are the class's, the
+    ansible-runner directories the host's own (``runner/<host>/<label>/``), so a config measured again on another
+    host keeps both attempts' artifacts."""
+
+    host: str = ""
+
+    def runner_dir(self, label: str) -> Path:
+        return self.path / "runner" / self.host / label
+
+    def gate_runner_dir(self, label: str) -> Path:
+        return self.path / "runner" / self.host / f"{label}.lossless-gate"
+
+
+@dataclasses.dataclass(frozen=True)
 class Decision:
     run: bool
     reason: str

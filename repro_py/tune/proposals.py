@@ -31,6 +31,7 @@ exhausted or nothing is left to check; the loop enforces the budgets.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -38,8 +39,9 @@ from typing import Any
 import numpy as np
 
 from repro_py.bench.prompts import prompt_tolerance
+from repro_py.spec_config import SpecConfig
 from repro_py.tune.objectives import Objective
-from repro_py.tune.records import GATES_FAIL, OK, Proposal, RepeatedConfig
+from repro_py.tune.records import GATES_FAIL, MEASURING, OK, Proposal, RepeatedConfig
 from repro_py.tune.search import Search
 from repro_py.tune.surrogate import Observation, Surrogate, accept_features
 from repro_py.tune.sweepio import PlannedConfig
@@ -57,7 +59,7 @@ def equivalence_key(search: Search, cfg: PlannedConfig) -> tuple[object, ...]:
     Only one of them is ever restarted."""
     spec = cfg.spec
     window = None if spec.window is None or spec.window >= longest_sequence(search) else spec.window
-    return (spec.algorithm, cfg.sim_fault, spec.budget, spec.topk, spec.block_size, window)
+    return (cfg.sim_fault, dataclasses.replace(spec, window=window))
 
 
 def unmeasured(search: Search) -> list[PlannedConfig]:
@@ -113,6 +115,15 @@ def observations(search: Search, obj: Objective) -> list[Observation]:
     return out
 
 
+def in_flight(search: Search, obj: Objective) -> list[SpecConfig]:
+    """Speculative configs being measured (on other hosts of a fleet) with no figure for ``obj`` yet: the
+    surrogate believes them at its predictions, so a proposal does not land beside one of them."""
+    return [
+        r.cfg.spec for r in search.records.values()
+        if r.status == MEASURING and r.cfg.spec.algorithm != "none" and not any(obj.key in d.tps for d in r.rungs)
+    ]  # fmt: skip
+
+
 def surrogate_for(search: Search, obj: Objective) -> Surrogate:
     """An unfitted surrogate of ``obj``'s cell, its window features at the run's longest sequence."""
     return Surrogate(longest_sequence(search), obj.cell.concurrency)
@@ -141,11 +152,18 @@ def reference_repeat(search: Search, remaining: int | None, per_config: int = 1)
     due = speculative >= search.settings.init_design or (remaining is not None and remaining < left + per_config)
     if not due:
         return None
+    number = next_reference_restart(search)
     return Proposal(
-        RepeatedConfig.of(default, done + 1),
-        f"restart {done + 1} of the inventory's current config {default.label}: the spread of its restarts "
+        RepeatedConfig.of(default, number),
+        f"restart {number} of the inventory's current config {default.label}: the spread of its restarts "
         "measures the between-restart noise",
     )
+
+
+def next_reference_restart(search: Search) -> int:
+    """The number of the reference's next restart: one past the highest measured (a restart left out of the
+    search, a flagged host's on a fleet, keeps its number)."""
+    return max((r.restart for r in search.reference_records()), default=0) + 1
 
 
 def local_check(search: Search, pool: list[PlannedConfig]) -> Proposal | None:
@@ -200,7 +218,8 @@ def propose(search: Search, remaining: int | None = None, per_config: int = 1) -
         search.surrogates[obj.key] = surrogate
         if not surrogate.fitted:
             return Proposal(maximin(search, speculative), "initial design: too few screened configs to fit")
-        mu, sd = surrogate.predict([c.spec for c in speculative])
+        flying = in_flight(search, obj)
+        mu, sd = surrogate.believing(flying).predict([c.spec for c in speculative])
         upper = np.exp(mu + search.settings.kappa * sd)
         index = int(np.argmax(upper))
         ranked = search.ranked(obj)
@@ -214,7 +233,8 @@ def propose(search: Search, remaining: int | None = None, per_config: int = 1) -
         proposal = Proposal(
             speculative[index],
             f"surrogate ({surrogate.mode}) for {obj.key}: predicted {math.exp(mu[index]):.1f} tok/s, upper bound "
-            f"{upper[index]:.1f}, {why}",
+            f"{upper[index]:.1f}, {why}" + (f" ({len(flying)} in flight believed at their predictions)" if flying
+                                             else ""),
             obj.key,
             math.exp(mu[index]),
             float(upper[index]),

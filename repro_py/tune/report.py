@@ -8,11 +8,13 @@ result files (``summary.md``, ``summary.csv``, ``plots/``) is built next to it.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from repro_py import sampling_settings
 from repro_py.atomicio import write_json_atomic, write_text_atomic
+from repro_py.report.fleet import offset_text
 from repro_py.report.render import environment, inference_text
 from repro_py.report.tables import load_run
 from repro_py.simmark import sim_note
@@ -84,7 +86,8 @@ def context(doc: dict[str, Any], run_path: Path, plot_paths: dict[str, Path]) ->
         "run_id": run.run_id,
         "simulated": run.simulated,
         "sim_note": sim_note(run.sim_speeds) if run.simulated else None,
-        "host": settings.get("host") or "-",
+        "host": ", ".join(settings.get("hosts") or []) or settings.get("host") or "-",
+        "fleet": _fleet_rows(run_path),
         "sampling": sampling_settings.of_result(settings).text,
         "objectives": settings["objectives"],
         "slos": settings.get("slos") or [],
@@ -108,6 +111,26 @@ def context(doc: dict[str, Any], run_path: Path, plot_paths: dict[str, Path]) ->
         "path": path,
         "plots": {name: p.relative_to(run_path / "tune").as_posix() for name, p in plot_paths.items()},
     }
+
+
+def _fleet_rows(run_path: Path) -> dict[str, Any] | None:
+    """A run on several hosts (``tune/fleet.json``): per host its status, offset, restarts and restore."""
+    try:
+        fleet = json.loads((run_path / "tune" / "fleet.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    rows = []
+    for name, host in sorted((fleet.get("hosts") or {}).items()):
+        offset = host.get("offset") or {}
+        restore = host.get("restore") or {}
+        rows.append({
+            "host": name, "status": host.get("status"), "cause": host.get("cause") or "",
+            "offset": offset_text(offset) if offset else "not measured",
+            "restarts": host.get("restarts"), "spent": host.get("spent_restarts") or 0,
+            "configs": len(host.get("configs") or []),
+            "restore": restore.get("status") or "-", "restore_reason": restore.get("reason") or "",
+        })  # fmt: skip
+    return {"class": fleet.get("class"), "offset_limit": fleet.get("offset_limit"), "rows": rows}
 
 
 def write_report(doc: dict[str, Any], run_path: Path, *, template_dir: Path = TEMPLATE_DIR) -> dict[str, Path]:

@@ -15,8 +15,8 @@ from repro_py import sampling_settings
 from repro_py.sampling_settings import Sampling
 from repro_py.tune import ladder as laddermod
 from repro_py.tune import objectives as objmod
+from repro_py.tune.budget import Budget, budget_problem
 from repro_py.tune.commands import resolve_run_settings
-from repro_py.tune.loop import Budget, budget_problem
 from repro_py.tune.noise import NoiseModel
 from repro_py.tune.search import Search
 from repro_py.tune.settings import TuneSettings
@@ -29,11 +29,12 @@ from repro_py.tune.sweepio import (
     PlannedConfig,
     RunDir,
     Target,
+    access_from_args,
     latest_resumable,
+    load_targets,
     make_plan,
     parse_extra_vars,
     resume_mode,
-    target_from_args,
 )
 
 DEFAULT_MAX_RESTARTS = 12
@@ -49,6 +50,9 @@ class TuneRun:
     target: Target
     run_dir: RunDir | None
     run_opts: dict[str, Any]
+    #: every host of the selection, ``target`` first; several: the tuner measures on them side by side
+    #: (:mod:`repro_py.tune.fleetloop`), each host's class read before any restart
+    targets: list[Target] = dataclasses.field(default_factory=list)
 
 
 def objective_names(values: Sequence[str]) -> list[str]:
@@ -92,10 +96,20 @@ def settings_from_args(args: argparse.Namespace, space: Space, host: str) -> Tun
         confidence=args.confidence,
         floor_cv=args.noise_floor,
         space=space,
-        budget=Budget(max_restarts=args.max_restarts, max_hours=args.max_hours, restore=not args.no_restore),
+        budget=Budget(max_restarts=args.max_restarts, max_hours=args.max_hours, restore=not args.no_restore,
+                      max_per_host=args.max_restarts_per_host),
         sampling=sampling_from_args(args),
         lossless_restart=resume_mode(args.lossless_restart, None, run="-"),
+        host_offset_limit=host_offset_limit(args),
     )
+
+
+def host_offset_limit(args: argparse.Namespace) -> float:
+    """``--host-offset-limit``, a fraction in (0, 1); refused (PlanError) naming the value otherwise."""
+    limit = float(args.host_offset_limit)
+    if not 0 < limit < 1:
+        raise PlanError([f"--host-offset-limit {args.host_offset_limit}: a fraction in (0, 1) expected"])
+    return limit
 
 
 def sampling_from_args(args: argparse.Namespace) -> Sampling:
@@ -134,8 +148,31 @@ def deployed(plan: Plan, settings: TuneSettings) -> PlannedConfig | None:
     return plan.default_config and dataclasses.replace(plan.default_config, sampling=settings.sampling)
 
 
-def new_search(settings: TuneSettings, plan: Plan) -> Search:
-    return Search(settings.space, settings.search_settings(), settings.noise_model(), default=deployed(plan, settings))
+def new_search(settings: TuneSettings, plan: Plan, hosts: int = 1) -> Search:
+    """A fresh search of the space; on ``hosts`` hosts the current config is restarted once on each (at least
+    twice in all: the spread of its restarts is the between-restart noise)."""
+    search_settings = settings.search_settings()
+    if hosts > 1:
+        wanted = max(search_settings.reference_restarts, hosts)
+        search_settings = dataclasses.replace(search_settings, reference_restarts=wanted)
+    return Search(settings.space, search_settings, settings.noise_model(), default=deployed(plan, settings))
+
+
+#: what every host of a tuning run over several hosts must agree on (the run measures one space, one way)
+SHARED_VARS = ("tune_space", "sweep_default_config", "sweep_bench", "sweep_drafter_block_size")
+
+
+def shared_settings_problems(targets: Sequence[Target]) -> list[str]:
+    """The hosts that differ from the first in what a tuning run over them shares (:data:`SHARED_VARS`)."""
+    first = targets[0]
+    problems = []
+    for other in targets[1:]:
+        differ = [v for v in SHARED_VARS if first.var(v) != other.var(v)]
+        if differ:
+            problems.append(f"{first.host} and {other.host} differ in {', '.join(differ)}; a tuning run over several "
+                            "hosts searches one space from one current config (make them equal, or tune them apart "
+                            "with --limit-hosts)")  # fmt: skip
+    return problems
 
 
 def _resumed(args: argparse.Namespace) -> tuple[RunDir, dict[str, Any]]:
@@ -198,16 +235,22 @@ def run_from_args(args: argparse.Namespace) -> TuneRun:
     run_opts, problems = resolve_run_settings(
         args.reconfigurer, parse_extra_vars(args.extra_var), args.limit_hosts, resumed[1] if resumed else None
     )
-    target = target_from_args(args, run_opts["extra_vars"], limit=run_opts["limit_hosts"])
-    if run_opts["reconfigurer"] == "local" and not target.simulated:
+    targets = load_targets(
+        args.inventory, limit=run_opts["limit_hosts"], layers=args.layers, access=access_from_args(args),
+        extra_vars=run_opts["extra_vars"],
+    )  # fmt: skip
+    target = targets[0]
+    if run_opts["reconfigurer"] == "local" and not all(t.simulated for t in targets):
         problems.append("--reconfigurer local runs the simulated engine; this inventory's engine is real")
+    problems += shared_settings_problems(targets)
     if problems:
         raise PlanError(problems)
     settings = _settings(args, target, resumed)
     plan = _plan(settings, target, args.results)
     settings = with_current_config(settings, deployed(plan, settings))
     per_config = plan.lossless_restart.restarts_per_config
-    budget_issue = budget_problem(new_search(settings, plan), settings.budget, per_config)
+    hosts = len(targets)
+    budget_issue = budget_problem(new_search(settings, plan, hosts), settings.budget, per_config, hosts=hosts)
     if budget_issue is not None:
         raise PlanError([budget_issue])
-    return TuneRun(settings, plan, target, resumed[0] if resumed else None, run_opts)
+    return TuneRun(settings, plan, target, resumed[0] if resumed else None, run_opts, list(targets))

@@ -110,9 +110,10 @@ class Search:
     def reference_records(self) -> list[Record]:
         return sorted((r for r in self.records.values() if self.is_reference(r)), key=lambda r: r.restart)
 
-    def mandatory_restarts(self, *, restore: bool, per_config: int = 1) -> tuple[int, list[str]]:
-        """Restarts every run makes before any candidate: (count, what they are). ``per_config``: the restarts
-        of a gated config (two when its lossless gate has a restart of its own); a repeated restart is one."""
+    def mandatory_restarts(self, *, restores: int, per_config: int = 1) -> tuple[int, list[str]]:
+        """Restarts every run makes besides its candidates: (count, what they are). ``restores``: the final
+        restores (one per host); ``per_config``: the restarts of a gated config (two when its lossless gate has a
+        restart of its own); a repeated restart is one."""
         parts: list[tuple[int, str]] = []
         gate = ", its lossless gate's own restart included" if per_config > 1 else ""
         default_is_baseline = self.default is not None and self.default.spec.algorithm == "none"
@@ -120,11 +121,13 @@ class Search:
             parts.append((per_config, f"the baseline (the lossless reference{gate})"))
         if self.default is not None:
             n = max(1, self.settings.reference_restarts)
-            why = "; restarted twice or more to measure the between-restart noise" if n > 1 else ""
+            why = f"; restarted {n} times to measure the between-restart noise" if n > 1 else ""
             what = f"the inventory's current config {self.default.label} (the one to beat{gate}{why})"
             parts.append((per_config + n - 1, what))
-        if restore:
+        if restores == 1:
             parts.append((1, "the final restore"))
+        elif restores > 1:
+            parts.append((restores, "the final restores (one per host)"))
         return sum(n for n, _ in parts), [f"{n} for {what}" for n, what in parts]
 
     def config_for(self, label: str) -> PlannedConfig | None:

@@ -9,9 +9,10 @@ from typing import Any
 
 from repro_py import sampling_settings
 from repro_py.sampling_settings import Sampling
+from repro_py.sweep.fleetoffsets import DEFAULT_LIMIT
 from repro_py.tune import objectives as objmod
+from repro_py.tune.budget import Budget
 from repro_py.tune.ladder import Rung
-from repro_py.tune.loop import Budget
 from repro_py.tune.noise import NoiseModel
 from repro_py.tune.objectives import Cell, Objective, Slo
 from repro_py.tune.search import SearchSettings
@@ -34,6 +35,8 @@ class TuneSettings:
     sampling: Sampling = dataclasses.field(default_factory=Sampling)
     #: ``--lossless-restart``: where the lossless gate runs (``repro_py.sweep.lossless_restart``)
     lossless_restart: str = "separate"
+    #: ``--host-offset-limit``: on several hosts, a host further than this from its class median is taken out
+    host_offset_limit: float = DEFAULT_LIMIT
 
     def bench_cells(self) -> list[Cell]:
         cells = {o.cell for o in self.objectives}
@@ -65,6 +68,7 @@ class TuneSettings:
             "space": self.space.as_dict(),
             "sampling": self.sampling.as_dict(),
             "lossless_restart": {"mode": self.lossless_restart},
+            "host_offset_limit": self.host_offset_limit,
         }
 
     @classmethod
@@ -100,13 +104,16 @@ class TuneSettings:
         )
         stored_budget = doc.get("budget") or {}
         restore = bool(stored_budget.get("restore_reserved", True)) and not args.no_restore
+        per_host = getattr(args, "max_restarts_per_host", None) or stored_budget.get("max_restarts_per_host")
         if args.max_restarts is not None or args.max_hours is not None:
-            budget = Budget(max_restarts=args.max_restarts, max_hours=args.max_hours, restore=restore)
+            budget = Budget(max_restarts=args.max_restarts, max_hours=args.max_hours, restore=restore,
+                            max_per_host=per_host)  # fmt: skip
         else:
             budget = Budget(
                 max_restarts=stored_budget.get("max_restarts"),
                 max_hours=stored_budget.get("max_hours"),
                 restore=restore,
+                max_per_host=per_host,
             )
         return cls(
             host=str(doc["host"]),
@@ -124,6 +131,7 @@ class TuneSettings:
             lossless_restart=resume_mode(
                 getattr(args, "lossless_restart", None), doc, run=str(getattr(args, "run_id", None) or "being resumed")
             ),
+            host_offset_limit=float(doc.get("host_offset_limit") or DEFAULT_LIMIT),
         )
 
     def summary_rows(self) -> list[tuple[str, str]]:
@@ -147,7 +155,8 @@ class TuneSettings:
                 f"{self.confidence:.0%} intervals; between restarts measured from the current config's restarts "
                 f"(assumed {self.floor_cv:.1%} until then)",
             ),
-            ("budget", limit),
+            ("budget", limit + ("" if budget.max_per_host is None
+                                else f"; at most {budget.max_per_host} on one host (its restore included)")),
             ("sampling", f"{self.sampling.text} in every benchmark request"),
         ]
 

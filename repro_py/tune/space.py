@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from repro_py import spec_config
 from repro_py.tune.sweepio import PlanError, PlannedConfig, Target, expand_grid, validate_all
 
 DEFAULT_SPACE_FILE = Path(__file__).with_name("default_space.yaml")
@@ -62,9 +63,7 @@ class Space:
         up or down among those the space has (a full draft cache counts as the longest window)."""
         base = cfg.short()
         out: list[PlannedConfig] = []
-        for key in ("budget", "topk", "block_size", "window"):
-            if base.get(key) is None and key != "window":
-                continue
+        for key in _steps(cfg.spec.algorithm):
             rest = {k: v for k, v in base.items() if k != key}
             same = [c for c in self.configs if {k: v for k, v in c.short().items() if k != key} == rest and c != cfg]
             order = sorted([*same, cfg], key=lambda c: _rank(c.short().get(key)))
@@ -79,6 +78,13 @@ class Space:
             "left_out_topk_above_budget": self.capped,
             "configs": [{"label": c.label, "config": c.short()} for c in self.configs],
         }
+
+
+def _steps(algorithm: str) -> list[str]:
+    """The settings a neighbour of an ``algorithm`` config steps in: the ones it uses (the window last, its full
+    draft cache included)."""
+    settings = [key for key in spec_config.keys_of(algorithm) if key != "algorithm"]
+    return sorted(settings, key=lambda key: key == "window")
 
 
 def _rank(value: object) -> float:

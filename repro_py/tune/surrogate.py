@@ -25,6 +25,11 @@ their upper confidence bound.
 When a cell has no acceptance (a real server without metrics, the
 autoregressive baseline) the surrogate models log tok/s directly on the
 union of the features.
+
+Several hosts measuring at once (a fleet) propose while other configs are still in flight: the surrogate then
+*believes* each of them at its own predicted mean (:meth:`Surrogate.believing`, the kriging believer: the
+pseudo-observations shrink the uncertainty around them, the kernel unchanged), so the next proposal looks
+elsewhere instead of beside a config already being measured.
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ TRAINED_BLOCK = 8
 TRAINED_WINDOW = 2048
 _SCALES = (0.5, 0.7, 1.0, 1.4, 2.0)
 _SIGNALS = (0.5, 1.0, 2.0, 4.0)
+#: the variance of a believed pseudo-observation (log scale): as certain as a well-measured config
+_BELIEVED_NOISE = 1e-4
 
 
 def budget_equivalent(spec: SpecConfig) -> tuple[float, float, float]:
@@ -108,6 +115,8 @@ class GaussianProcess:
     scale: float = 1.0
     signal: float = 1.0
     _x: Array | None = None
+    _y: Array | None = None
+    _noise: Array | None = None
     _alpha: Array | None = None
     _chol: Array | None = None
     _beta: Array | None = None
@@ -128,7 +137,7 @@ class GaussianProcess:
         k = self._kernel(x, x) + np.diag(noise + 1e-9)
         chol = np.asarray(np.linalg.cholesky(k), dtype=np.float64)
         alpha: Array = np.linalg.solve(chol.T, np.linalg.solve(chol, resid))
-        self._x, self._alpha, self._chol, self._beta = x, alpha, chol, beta
+        self._x, self._y, self._noise, self._alpha, self._chol, self._beta = x, y, noise, alpha, chol, beta
         return float(-0.5 * resid @ alpha - np.sum(np.log(np.diag(chol))) - 0.5 * len(x) * math.log(2 * math.pi))
 
     def fit(self, x: Array, y: Array, noise: Array) -> GaussianProcess:
@@ -149,6 +158,18 @@ class GaussianProcess:
         self.scale, self.signal = best[1], best[2]
         self._fit_fixed(x, y, noise)
         return self
+
+    def believing(self, xs: Array) -> GaussianProcess:
+        """A copy that also "observed" ``xs`` at its own predicted mean (almost no noise), the length scale and
+        signal kept: the mean is unchanged near them, the uncertainty shrinks around them."""
+        assert self._x is not None and self._y is not None and self._noise is not None
+        if not len(xs):
+            return self
+        mean, _ = self.predict(xs)
+        out = GaussianProcess(scale=self.scale, signal=self.signal)
+        out._fit_fixed(np.vstack([self._x, xs]), np.concatenate([self._y, mean]),
+                       np.concatenate([self._noise, np.full(len(xs), _BELIEVED_NOISE)]))  # fmt: skip
+        return out
 
     def predict(self, xs: Array) -> tuple[Array, Array]:
         assert self._x is not None and self._alpha is not None and self._chol is not None and self._beta is not None
@@ -220,6 +241,14 @@ class Surrogate:
             self._parts = [(GaussianProcess().fit(self._x(specs, "direct"), log_tps, noise), "direct")]
             self.mode = "direct"
         return self
+
+    def believing(self, specs: Sequence[SpecConfig]) -> Surrogate:
+        """A copy of this fitted surrogate that believes each of ``specs`` (configs in flight) at its own
+        predicted mean, part by part (the kriging believer); unchanged when ``specs`` is empty."""
+        if not specs or not self._parts:
+            return self
+        parts = [(gp.believing(self._x(specs, kind)), kind) for gp, kind in self._parts]
+        return Surrogate(self.context, self.concurrency, self.mode, parts)
 
     @property
     def fitted(self) -> bool:

@@ -21,7 +21,15 @@ from repro_py.sweep.errors import PlanError
 from repro_py.sweep.estimate import format_duration
 from repro_py.sweep.fingerprint import controller_fingerprint
 from repro_py.sweep.grid import SIM_FAULT_KEY, PlannedConfig, expand_grid, validate_all, validate_config
-from repro_py.sweep.inventory import Target, load_target, reload_target, source_args, target_from_args
+from repro_py.sweep.inventory import (
+    Target,
+    access_from_args,
+    load_target,
+    load_targets,
+    reload_target,
+    source_args,
+    target_from_args,
+)
 from repro_py.sweep.inventory import add_arguments as add_inventory_arguments
 from repro_py.sweep.localproc import LocalProcessReconfigurer, local_reconfigurer
 from repro_py.sweep.lossless_restart import LOSSLESS_GATES, LosslessRestart, restarts_of, resume_mode
@@ -66,6 +74,7 @@ __all__ = [
     "SweepOptions",
     "SweepRunner",
     "Target",
+    "access_from_args",
     "add_inventory_arguments",
     "add_lossless_restart",
     "build_report",
@@ -77,6 +86,7 @@ __all__ = [
     "format_duration",
     "latest_resumable",
     "load_target",
+    "load_targets",
     "local_reconfigurer",
     "make_plan",
     "now_iso",

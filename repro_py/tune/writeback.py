@@ -1,6 +1,6 @@
 """Write the winner back to the inventory as a reviewed change: a host_vars file with its provenance.
 
-The change is one file, ``<inventory>/host_vars/<host>/tune.yml`` (host
+The change is one file per host, ``<inventory>/host_vars/<host>/tune.yml`` (host
 variables outrank the inventory's group variables, so the tuned config wins
 over ``group_vars/all/service.yml`` without editing it, and removing the file
 undoes the change). It sets the role variables of the service
@@ -140,7 +140,7 @@ def offer(
     console: Console,
     search: Search,
     run_dir: RunDir,
-    target: Target,
+    targets: Sequence[Target],
     *,
     inventory: Path,
     results: Path,
@@ -148,16 +148,18 @@ def offer(
     ask: bool,
     options: Sequence[str] = (),
 ) -> int:
-    """Show the first objective's winner as a diff of the inventory, when the evidence supports replacing the
-    current config; write it when ``write`` (or the answer to the question, when ``ask``); the exit code.
-    ``options``: the run's own settings the printed command keeps (``--reconfigurer local``, ``-e``)."""
+    """Show the first objective's winner as a diff of the inventory (a file per host of ``targets``: the host the
+    run tuned, or every host of the class it tuned on), when the evidence supports replacing the current config;
+    write it when ``write`` (or the answer to the question, when ``ask``); the exit code. ``options``: the run's
+    own settings the printed command keeps (``--reconfigurer local``, ``-e``, ``--limit-hosts``)."""
     primary = search.settings.objectives[0]
     winner = next(w for w in verdict.winners(search) if w.objective.key == primary.key)
     if winner.label is None or winner.estimate is None:
         console.print(f"[yellow]nothing to write back: no winner for {primary.key} ({winner.note})[/]")
         return ExitCode.OK
     cfg = search.space.by_label()[winner.label]
-    if not in_effect(target, cfg):
+    behind = [t for t in targets if in_effect(t, cfg)]
+    if not behind:
         console.print(f"the inventory already runs the {primary.key} winner {winner.label}; nothing to write")
         return ExitCode.OK
     versus = verdict.versus_current(search, winner)
@@ -170,39 +172,45 @@ def offer(
     provenance = {
         "objective": primary.title,
         "winner": f"{winner.label}: {winner.estimate.text()} tok/s{margin}{confidence}"
-        + (" (SIMULATED engine)" if target.simulated else ""),
+        + (" (SIMULATED engine)" if behind[0].simulated else ""),
         "versus the current config": versus.text,
         "run id": run_dir.run_id,
         "manifest sha256": manifest_sha256(run_dir.path),
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
         "report": _shown(run_dir.path / "tune" / "report.md"),
     }
+    if len(targets) > 1:
+        provenance["measured on"] = ", ".join(t.host for t in targets) + " (one hardware class, side by side)"
     try:
-        change = propose(inventory, target.host, cfg, provenance)
+        changes = [(propose(inventory, t.host, cfg, provenance), t) for t in behind]
     except WriteBackError as exc:
         console.print(f"[red]write-back refused: {exc}[/]")
         return ExitCode.FAILURE
-    console.print(f"proposed change to the inventory ({change.path}):")
-    console.print(change.diff(), markup=False, highlight=False, soft_wrap=True)
+    for change, _ in changes:
+        console.print(f"proposed change to the inventory ({change.path}):")
+        console.print(change.diff(), markup=False, highlight=False, soft_wrap=True)
     do_write = write
     if not do_write and ask:
-        do_write = console.input(f"write {change.path}? [y/N] ").strip().lower() in {"y", "yes"}
+        names = ", ".join(str(c.path) for c, _ in changes)
+        do_write = console.input(f"write {names}? [y/N] ").strip().lower() in {"y", "yes"}
     if not do_write:
         command = resume_command(
-            str(inventory), run_dir.run_id, tool="repro_py.tune", results=results, sources=source_args(target),
+            str(inventory), run_dir.run_id, tool="repro_py.tune", results=results, sources=source_args(targets[0]),
             options=[*options, "--write"],
         )  # fmt: skip
         console.print(f"not written; to write it: {command}", markup=False, highlight=False, soft_wrap=True)
         return ExitCode.OK
-    remaining = write_change(change, target, cfg)
-    if remaining:
-        console.print(f"[red]{change.path} was written but is not in effect:[/]")
-        for line in remaining:
-            console.print(f"  - {line}", markup=False, highlight=False)
-        return ExitCode.FAILURE
-    console.print(
-        f"written {change.path}; ansible-inventory now resolves {winner.label} for {target.host}. "
-        f"Apply it with: ansible-playbook -i {inventory} site.yml",
-        highlight=False,
-    )
-    return ExitCode.OK
+    code = ExitCode.OK
+    for change, target in changes:
+        remaining = write_change(change, target, cfg)
+        if remaining:
+            console.print(f"[red]{change.path} was written but is not in effect:[/]")
+            for line in remaining:
+                console.print(f"  - {line}", markup=False, highlight=False)
+            code = ExitCode.FAILURE
+            continue
+        console.print(f"written {change.path}; ansible-inventory now resolves {winner.label} for {target.host}.",
+                      highlight=False)  # fmt: skip
+    if code == ExitCode.OK:
+        console.print(f"Apply it with: ansible-playbook -i {inventory} site.yml", highlight=False)
+    return code

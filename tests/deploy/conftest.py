@@ -51,15 +51,8 @@ def run_playbook() -> Callable[..., subprocess.CompletedProcess[str]]:
 
 
 def load_module(name: str, path: Path) -> ModuleType:
-    """Import a module file; the role's module_utils resolve as ansible.module_utils.* (as Ansible ships them)."""
-    utils = str(ROOT / "roles" / "sglang_service" / "module_utils")
-    try:
-        import ansible.module_utils as au  # noqa: PLC0415
-
-        if utils not in au.__path__:
-            au.__path__.append(utils)
-    except ImportError:
-        pass
+    """Import a module file; the collection's module_utils it imports resolve by their collection name
+    (``ansible_collections.ddtree.sglang.plugins.module_utils``: the checkout's ``.collections`` is on the path)."""
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)

@@ -1,6 +1,6 @@
 """An attention backend the GPUs cannot run is refused before the running server stops, with the backends they can.
 
-The table (roles/sglang_service/module_utils/sglang_backends.py) is sglang 0.5.23's own gates; each entry's cited
+The table (plugins/module_utils/sglang_backends.py) is sglang 0.5.23's own gates; each entry's cited
 lines are read from the pinned wheel here, so a table that no longer says what the code says fails.
 """
 
@@ -16,7 +16,7 @@ from repro_py.simengine import sglang_choices
 
 sys.path.insert(0, str(ROOT / "patches" / "tools"))
 
-backends = load_module("sglang_backends", ROOT / "roles/sglang_service/module_utils/sglang_backends.py")
+backends = load_module("sglang_backends", ROOT / "plugins/module_utils/sglang_backends.py")
 CHOICES = list(sglang_choices.ATTENTION_BACKENDS)
 RTX = [{"index": i, "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "compute_cap": "12.0"} for i in range(8)]
 B300 = [{"index": i, "name": "NVIDIA B300 SXM6 AC", "compute_cap": "10.3"} for i in range(8)]

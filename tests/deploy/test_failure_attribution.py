@@ -9,8 +9,8 @@ from conftest import ROOT, load_module
 
 pytest.importorskip("ansible")
 
-wait = load_module("sglang_wait_ready", ROOT / "roles/sglang_service/library/sglang_wait_ready.py")
-failure = load_module("sglang_failure", ROOT / "roles/sglang_service/module_utils/sglang_failure.py")
+wait = load_module("sglang_wait_ready", ROOT / "plugins/modules/sglang_wait_ready.py")
+failure = load_module("sglang_failure", ROOT / "plugins/module_utils/sglang_failure.py")
 
 STATE = "the engine exited during startup: unit activating/auto-restart, Result=exit-code, ExecMainStatus=1"
 OOM = [

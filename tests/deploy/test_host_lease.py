@@ -19,7 +19,7 @@ from pathlib import Path
 
 from conftest import ROOT, load_module
 
-rules = load_module("sglang_lease", ROOT / "roles/sglang_service/module_utils/sglang_lease.py")
+rules = load_module("sglang_lease", ROOT / "plugins/module_utils/sglang_lease.py")
 ME = rules.process_identity(os.getpid())
 
 

@@ -32,10 +32,10 @@ from conftest import ROOT, load_module
 pytest.importorskip("ansible")
 from ansible.module_utils.testing import patch_module_args
 
-LIB = ROOT / "roles/sglang_service/library"
-PRE_LIB = ROOT / "roles/preflight/library"
-files = load_module("sglang_files", ROOT / "roles/sglang_service/module_utils/sglang_files.py")
-precheck = load_module("sglang_precheck_utils", ROOT / "roles/sglang_service/module_utils/sglang_precheck.py")
+LIB = ROOT / "plugins/modules"
+PRE_LIB = ROOT / "plugins/modules"
+files = load_module("sglang_files", ROOT / "plugins/module_utils/sglang_files.py")
+precheck = load_module("sglang_precheck_utils", ROOT / "plugins/module_utils/sglang_precheck.py")
 unit_state = load_module("sglang_unit_state", LIB / "sglang_unit_state.py")
 record = load_module("sglang_deploy_record", LIB / "sglang_deploy_record.py")
 host_read = load_module("sglang_host_read", LIB / "sglang_host_read.py")
@@ -228,6 +228,27 @@ def test_a_start_that_outlasts_the_sync_limit_is_pending_then_resumed(
     up[0] = True
     rest = run(wait, {**args, "resume": first["resume"]}, capsys)
     assert rest["ready"] is True and rest["invocation_id"] == "inv-new" and rest["waited_s"] >= first["waited_s"]
+
+
+def test_the_ready_echo_holds_the_contract_s_keys_it_is_given(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+):
+    """The contract's /server_info keys come in as echo_keys (ddtree_validate's); the module adds its own."""
+    _ready_host(monkeypatch, ["inv-new"], [True])
+    plain_http = wait.http
+    info = {"speculative_algorithm": "DFLASH", "speculative_ddtree_budget": None, "speculative_num_draft_tokens": 8,
+            "speculative_eagle_topk": 1, "port": 1}  # fmt: skip
+
+    def http(method: str, url: str, api_key: str, body: object = None, timeout: float = 30.0) -> tuple[int, bytes]:
+        return (200, json.dumps(info).encode()) if url.endswith("/server_info") else plain_http(method, url, api_key)
+
+    monkeypatch.setattr(wait, "http", http)
+    args = {"unit": "u", "port": 1, "previous_invocation_id": "inv-old", "timeout": 30, "poll_interval": 0.05}
+    keys = ["speculative_algorithm", "speculative_ddtree_budget", "speculative_draft_window_size"]
+    out = run(wait, {**args, "echo_keys": keys}, capsys)
+    assert out["server_info_echo"] == {"speculative_algorithm": "DFLASH", "speculative_ddtree_budget": None,
+                                       "speculative_num_draft_tokens": 8, "port": 1}  # fmt: skip
+    assert run(wait, args, capsys)["server_info_echo"] == {"speculative_num_draft_tokens": 8, "port": 1}
 
 
 def test_a_restart_between_the_two_parts_of_the_wait_is_a_failure(

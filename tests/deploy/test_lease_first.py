@@ -28,7 +28,7 @@ def _host_plays(name: str) -> list[dict[str, Any]]:
 
 def _is_lease(task: dict[str, Any], tasks_from: str) -> bool:
     role = task.get("ansible.builtin.import_role") or task.get("ansible.builtin.include_role") or {}
-    return role.get("name") == "sglang_service" and role.get("tasks_from") == tasks_from
+    return role.get("name") == "ddtree.sglang.sglang_service" and role.get("tasks_from") == tasks_from
 
 
 @pytest.mark.parametrize("name", CHANGING)
@@ -54,8 +54,9 @@ def test_site_yml_installs_nothing_before_the_lease() -> None:
     play = out.split("play #2")[1]
     tasks = [line.strip() for line in play.splitlines() if "TAGS:" in line and not line.strip().startswith("(all)")]
     first = tasks[0]
-    assert first.startswith("sglang_service : Name this run's controller process, the lease holder"), tasks[:3]
-    lease_at = next(i for i, t in enumerate(tasks) if t.startswith("sglang_service : Take the host lease"))
+    role = "ddtree.sglang.sglang_service :"
+    assert first.startswith(f"{role} Name this run's controller process, the lease holder"), tasks[:3]
+    lease_at = next(i for i, t in enumerate(tasks) if t.startswith(f"{role} Take the host lease"))
     before = tasks[:lease_at]
-    assert all(t.startswith("sglang_service :") for t in before), before
-    assert any(t.startswith("python_env :") for t in tasks[lease_at:])
+    assert all(t.startswith(role) for t in before), before
+    assert any(t.startswith("ddtree.sglang.python_env :") for t in tasks[lease_at:])

@@ -24,7 +24,7 @@ pytestmark = [
     pytest.mark.skipif(not wants_testhost(), reason="set SGLANG_TESTHOST=1 (make service-checks)"),
 ]
 
-rules = load_module("sglang_lease", ROOT / "roles/sglang_service/module_utils/sglang_lease.py")
+rules = load_module("sglang_lease", ROOT / "plugins/module_utils/sglang_lease.py")
 LEASE = "/run/sglang-deploy/host.lease"
 
 

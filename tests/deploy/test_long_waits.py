@@ -20,7 +20,7 @@ import pytest
 import yaml
 from conftest import ROOT
 
-LONG_WAITS = {"sglang_wait_ready", "sglang_stop_wait"}
+LONG_WAITS = {"ddtree.sglang.sglang_wait_ready", "ddtree.sglang.sglang_stop_wait"}
 TASK_FILES = sorted((ROOT / "roles").glob("*/tasks/*.yml"))
 
 
@@ -41,23 +41,27 @@ def _waits() -> list[tuple[Path, dict]]:
     for path in TASK_FILES:
         for task in _tasks(yaml.safe_load(path.read_text())):
             module = next((m for m in task if m in LONG_WAITS), None)
-            gpu_wait = isinstance(task.get("sglang_gpu_state"), dict) and task["sglang_gpu_state"].get("wait") is True
+            gpu_state = task.get("ddtree.sglang.sglang_gpu_state")
+            gpu_wait = isinstance(gpu_state, dict) and gpu_state.get("wait") is True
             if module or gpu_wait:
                 found.append((path, task))
     return found
 
 
 def test_the_long_waits_are_found():
-    modules = {next(m for m in t if m.startswith("sglang_")) for _, t in _waits()}
+    modules = {next(m for m in t if m.startswith("ddtree.sglang.sglang_")) for _, t in _waits()}
     # the GPU wait after a stop runs inside the stop's job (sglang_stop_wait gpus:), not as a job of its own
     assert modules == LONG_WAITS
 
 
 def test_the_gpu_wait_after_the_stop_is_part_of_the_stop_job():
     service = _tasks(yaml.safe_load((ROOT / "roles/sglang_service/tasks/service.yml").read_text()))
-    stops = [t for t in service if "sglang_stop_wait" in t and t.get("register") == "_sglang_service_stop_sync"]
-    assert len(stops) == 1 and "_sglang_service_gpu_ids" in str(stops[0]["sglang_stop_wait"]["gpus"])
-    assert not [t for t in service if isinstance(t.get("sglang_gpu_state"), dict) and t["sglang_gpu_state"].get("wait")]
+    stop = "ddtree.sglang.sglang_stop_wait"
+    stops = [t for t in service if stop in t and t.get("register") == "_sglang_service_stop_sync"]
+    assert len(stops) == 1 and "_sglang_service_gpu_ids" in str(stops[0][stop]["gpus"])
+    gpu_waits = [t for t in service if isinstance(t.get("ddtree.sglang.sglang_gpu_state"), dict)
+                 and t["ddtree.sglang.sglang_gpu_state"].get("wait")]  # fmt: skip
+    assert not gpu_waits
 
 
 def _next_task(path: Path, task: dict) -> dict | None:
@@ -108,7 +112,7 @@ def test_the_synchronous_part_of_a_wait_is_bounded():
     specs = yaml.safe_load((ROOT / "roles/sglang_service/meta/argument_specs.yml").read_text())
     option = specs["argument_specs"]["main"]["options"]["sglang_service_sync_wait_s"]
     resolve = yaml.safe_load((ROOT / "roles/sglang_service/tasks/resolve.yml").read_text())
-    validate = next(t["ddtree_validate"] for t in resolve if "ddtree_validate" in t)
+    validate = next(t["ddtree.sglang.ddtree_validate"] for t in resolve if "ddtree.sglang.ddtree_validate" in t)
     bounds = validate["integers"]["sglang_service_sync_wait_s"]
     assert option["default"] <= 30 and bounds["max"] <= 30 and bounds["min"] == 0
     restart_chain = (ROOT / "roles/sglang_service/tasks/service.yml").read_text()

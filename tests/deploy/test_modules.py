@@ -10,8 +10,8 @@ from conftest import ROOT, load_module
 
 pytest.importorskip("ansible")
 
-wait = load_module("sglang_wait_ready", ROOT / "roles/sglang_service/library/sglang_wait_ready.py")
-stop = load_module("sglang_stop_wait", ROOT / "roles/sglang_service/library/sglang_stop_wait.py")
+wait = load_module("sglang_wait_ready", ROOT / "plugins/modules/sglang_wait_ready.py")
+stop = load_module("sglang_stop_wait", ROOT / "plugins/modules/sglang_stop_wait.py")
 plugin = load_module("ddtree_validate_plugin", ROOT / "plugins/action/ddtree_validate.py")
 
 
@@ -96,10 +96,57 @@ def test_merge_keeps_explicit_and_drops_unused_defaults():
     assert plugin.merge_short_keys({"algorithm": "dflash", "budget": 8}, defaults)["budget"] == 8
 
 
+def test_read_vars_reads_the_short_keys_and_role_variables_by_the_contract_s_names():
+    """resolve.yml spells no field: the action reads each short key (given or not) and each role variable that
+    is defined, by the names in spec_config.FIELDS."""
+    task_vars = {"budget": "12", "window": None, "sglang_service_ddtree_budget": 8, "sglang_service_block_size": 16,
+                 "sglang_service_spec_algorithm": "dflash", "topk_cap": 3, "sglang_service_port": 30000}  # fmt: skip
+    explicit, config = plugin.contract_vars(task_vars)
+    assert explicit == {"algorithm": None, "budget": "12", "topk": None, "window": None, "block_size": None}
+    assert config == {"algorithm": "dflash", "budget": 8, "block_size": 16}
+    assert plugin.merge_short_keys(explicit, config) == {"algorithm": "dflash", "budget": "12", "block_size": 16}
+
+
+def test_read_vars_is_a_real_boolean_and_excludes_the_explicit_arguments():
+    from types import SimpleNamespace  # noqa: PLC0415
+
+    action = SimpleNamespace(_templar=SimpleNamespace(template=lambda value: value))  # nothing to template here
+    short_keys = plugin.ActionModule._short_keys
+    task_vars = {"topk": 6, "sglang_service_ddtree_topk": 4}
+    assert short_keys(action, {"read_vars": True}, task_vars)[1] == {"topk": 4}
+    assert short_keys(action, {"explicit": {"topk": 5}}, task_vars) == ({"topk": 5}, {})
+    assert short_keys(action, {"read_vars": "yes"}, task_vars) == "read_vars='yes' must be a real boolean"
+    assert short_keys(action, {"read_vars": True, "config": {}}, task_vars) == (
+        "read_vars reads 'explicit' and 'config' from the play's variables; give either read_vars or them"
+    )
+
+
+def test_every_readiness_wait_returns_the_contract_s_echo_keys():
+    """The host module cannot import the contract: each wait gets its echo keys from what resolve.yml kept of
+    the action's result."""
+    import yaml  # noqa: PLC0415
+
+    def waits(node):
+        if isinstance(node, dict):
+            if "ddtree.sglang.sglang_wait_ready" in node:
+                yield node["ddtree.sglang.sglang_wait_ready"]
+            for value in node.values():
+                yield from waits(value)
+        elif isinstance(node, list):
+            for item in node:
+                yield from waits(item)
+
+    tasks = ROOT / "roles/sglang_service/tasks"
+    found = [w for name in ("service.yml", "rollback.yml") for w in waits(yaml.safe_load((tasks / name).read_text()))]
+    assert len(found) == 4 and all(w["echo_keys"] == "{{ _sglang_service_spec_echo_keys }}" for w in found)
+    resolve = (tasks / "resolve.yml").read_text()
+    assert '_sglang_service_spec_echo_keys: "{{ _sglang_service_validated.echo_keys }}"' in resolve
+
+
 # ---- GPU state: held memory, compute mode, MIG ---------------------------------------------------
 
-gpu = load_module("sglang_gpu_state", ROOT / "roles/sglang_service/library/sglang_gpu_state.py")
-pre = load_module("sglang_precheck", ROOT / "roles/sglang_service/module_utils/sglang_precheck.py")
+gpu = load_module("sglang_gpu_state", ROOT / "plugins/modules/sglang_gpu_state.py")
+pre = load_module("sglang_precheck", ROOT / "plugins/module_utils/sglang_precheck.py")
 
 SMI_GPUS = (
     "0, GPU-a, NVIDIA RTX PRO 6000, 15, 97887, Default, Disabled, Disabled\n"
@@ -297,7 +344,7 @@ def test_the_role_demands_the_sampled_generation_for_every_algorithm():
     assert "sampling" not in (ROOT / "roles/sglang_service/vars/main.yml").read_text()
     for name in ("service.yml", "rollback.yml"):
         assert "sampling:" not in (ROOT / "roles/sglang_service/tasks" / name).read_text(), name
-    module = (ROOT / "roles/sglang_service/library/sglang_wait_ready.py").read_text()
+    module = (ROOT / "plugins/modules/sglang_wait_ready.py").read_text()
     assert '"sampling"' not in module and "  sampling:" not in module
 
 

@@ -405,12 +405,12 @@ def _task_outcome(out: str, task: str) -> str:
 
 def test_a_reconfigure_skips_the_host_setup_while_its_stamp_matches(tmp_path: Path):
     stamp = f"/var/lib/sglang-deploy/{UNIT}.setup.sha256"
-    setup_task = "sglang_service : Create the dedicated system user"
+    setup_task = "ddtree.sglang.sglang_service : Create the dedicated system user"
     # --check: nothing restarts or changes; the stamp is read all the same (check_mode: false)
     rc, _, out = reconfigure(tmp_path, "--check", name="stamp-current")
     assert rc == 0, out[-3000:]
     # one skipped include: none of the setup's tasks is even listed
-    include = "sglang_service : Install the service user, directories, helpers and simulated fixtures"
+    include = "ddtree.sglang.sglang_service : Install the service user, directories, helpers and simulated fixtures"
     assert _task_outcome(out, include) == "skipping"
     assert f"TASK [{setup_task}]" not in out
     assert "TASK [sglang_service : Install the launcher and the device-node check]" not in out
@@ -423,7 +423,8 @@ def test_a_reconfigure_skips_the_host_setup_while_its_stamp_matches(tmp_path: Pa
         sh("sh", "-c", f"echo 0000 > {stamp}")
         rc, _, out = reconfigure(tmp_path, "--check", name="stamp-stale")
         assert rc == 0 and _task_outcome(out, setup_task) == "ok", out[-3000:]
-        stamp_task = "sglang_service : Stamp the host setup (a reconfigure with the same setup inputs skips it)"
+        stamp_task = ("ddtree.sglang.sglang_service : Stamp the host setup (a reconfigure with the same setup inputs "
+                      "skips it)")
         assert _task_outcome(out, stamp_task) == "changed"
     finally:
         sh("sh", "-c", f"printf %s '{original.strip()}' > {stamp} && echo >> {stamp}")
@@ -437,12 +438,12 @@ def test_a_stop_and_a_start_longer_than_the_sync_limit_go_on_as_async_jobs(tmp_p
     assert rc == 0 and report["status"] == "ready", out[-3000:]
     for rest in ("Go on waiting until the old server is gone (a polled async job)",
                  "Go on waiting until the NEW invocation is ready (a polled async job)"):  # fmt: skip
-        assert _task_outcome(out, f"sglang_service : {rest}") in ("ASYNC", "changed", "ok"), out[-3000:]
+        assert _task_outcome(out, f"ddtree.sglang.sglang_service : {rest}") in ("ASYNC", "changed", "ok"), out[-3000:]
     assert report["invocation_id"] != before["InvocationID"] == report["stop"]["old_invocation_id"]
     assert report["invocation_id"] == unit()["InvocationID"] and serving()
     # the limit's default: both finish in their first part, the rests are skipped
     rc, report, out = reconfigure(tmp_path, name="sync-default")
     assert rc == 0 and report["status"] == "ready", out[-3000:]
-    stop_rest = "sglang_service : Go on waiting until the old server is gone (a polled async job)"
+    stop_rest = "ddtree.sglang.sglang_service : Go on waiting until the old server is gone (a polled async job)"
     assert _task_outcome(out, stop_rest) == "skipping"
 

@@ -54,3 +54,18 @@ def test_result_shape() -> None:
     assert res["passed"] is False
     assert res["mismatches"] == [{"field": "speculative_ddtree_budget", "expected": 12, "got": 8}]
     assert "expected 12" in res["reason"]
+
+
+def test_the_reported_settings_and_the_bench_summary_follow_the_contract() -> None:
+    """Every field of the contract, as the server reports it (decimal strings as ints, '' as unset), under its
+    echo key in the gate's report and under the stored names in the bench result's engine section."""
+    reported = info(speculative_ddtree_budget="12", speculative_algorithm="", speculative_num_draft_tokens=8)
+    assert reported.settings() == {"algorithm": None, "budget": 12, "topk": 4, "window": 2048, "block_size": 8}
+    assert echo_result(reported, validate({"budget": 12, "topk": 4, "window": 2048}))["reported"] == {
+        "speculative_algorithm": None, "speculative_ddtree_budget": 12, "speculative_ddtree_topk_cap": 4,
+        "speculative_dflash_block_size": 8, "speculative_draft_window_size": 2048, "speculative_num_draft_tokens": 8,
+    }  # fmt: skip
+    assert reported.engine_summary()["speculative"] == {
+        "algorithm": None, "ddtree_budget": 12, "ddtree_topk_cap": 4, "block_size": 8, "window": 2048,
+        "num_draft_tokens": 8,
+    }  # fmt: skip

@@ -11,9 +11,9 @@ from pathlib import Path
 from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULE_PATH = ROOT / "roles" / "sglang_patches" / "library" / "sglang_patch_series.py"
-#: the role's module_utils: Ansible finds them beside the role's library; a test puts them on its path
-MODULE_UTILS = ROOT / "roles" / "sglang_patches" / "module_utils"
+MODULE_PATH = ROOT / "plugins" / "modules" / "sglang_patch_series.py"
+#: the collection's checkout link (scripts/link-collection.sh): its module_utils import as ansible_collections.*
+COLLECTIONS = ROOT / ".collections"
 CHECK_LOCKS_PATH = ROOT / "scripts" / "check-locks.py"
 
 PRISTINE = {
@@ -31,11 +31,8 @@ PRISTINE = {
 
 
 def load_path(name: str, path: Path) -> ModuleType:
-    """Import a file as ``name``; the sglang_patches role's module_utils resolve as ``ansible.module_utils.*``."""
-    import ansible.module_utils as au  # noqa: PLC0415
-
-    if str(MODULE_UTILS) not in au.__path__:
-        au.__path__.append(str(MODULE_UTILS))
+    """Import a file as ``name``; the collection's module_utils resolve by their collection name (``.collections``
+    is on the test path)."""
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -43,8 +43,7 @@ export CONTAINER="${CONTAINER:-sglang-hostchecks}"
 export WHEELHOUSE="${WHEELHOUSE:-$root/.whl}"
 jit_wheelhouse="${JIT_WHEELHOUSE:-$root/.whl-jit}"
 repo_port="${REPO_PORT:-33002}"
-export ANSIBLE_ROLES_PATH="$root/roles" ANSIBLE_ACTION_PLUGINS="$root/plugins/action"
-export ANSIBLE_LIBRARY="$root/roles/sglang_service/library"
+export ANSIBLE_COLLECTIONS_PATH="$root/.collections"  # the checkout as ddtree.sglang (scripts/link-collection.sh)
 export ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks
 here="$root/tests/install/hostchecks"
 play=(.venv/bin/ansible-playbook -i "$here/hosts.yml")

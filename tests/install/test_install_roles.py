@@ -23,7 +23,7 @@ def playbook(tmp_path: Path, text: str, *extra: str) -> subprocess.CompletedProc
     path.write_text(textwrap.dedent(text))
     env = dict(
         os.environ,
-        ANSIBLE_ROLES_PATH=str(ROOT / "roles"),
+        ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".collections"),
         ANSIBLE_LOCALHOST_WARNING="false",
         ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
         ANSIBLE_PYTHON_INTERPRETER=sys.executable,
@@ -60,7 +60,7 @@ RENDER = """\
         - {{src: etc/apt/sources.list.d/cuda-toolkit.sources.j2, dest: cuda-toolkit.sources}}
         - {{src: etc/apt/preferences.d/nvidia-pins.j2, dest: preferences}}
       vars:
-        _cuda_toolkit_apt_pin_set: "{{{{ cuda_toolkit_apt_pins }}}}"
+        cuda_toolkit_apt_pin_set: "{{{{ cuda_toolkit_apt_pins }}}}"
 """
 
 
@@ -103,7 +103,7 @@ ASSERT_APT = """\
   tasks:
     - name: Preflight
       ansible.builtin.include_role:
-        name: cuda_toolkit
+        name: ddtree.sglang.cuda_toolkit
         tasks_from: preflight.yml
       vars:
         cuda_toolkit_method: apt

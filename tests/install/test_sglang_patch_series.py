@@ -12,7 +12,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from install_helpers import MODULE_PATH, MODULE_UTILS, PRISTINE, make_patch
+from install_helpers import COLLECTIONS, PRISTINE, make_patch
 
 pytestmark = pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")
 
@@ -207,13 +207,12 @@ def test_module_through_ansible(tree: dict[str, Path], tmp_path: Path) -> None:
     )
     env = dict(
         os.environ,
-        ANSIBLE_LIBRARY=str(MODULE_PATH.parent),
-        ANSIBLE_MODULE_UTILS=str(MODULE_UTILS),
+        ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS),
         ANSIBLE_LOCALHOST_WARNING="false",
         ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
         ANSIBLE_PYTHON_INTERPRETER=sys.executable,
     )
-    base = [str(ansible), "localhost", "-c", "local", "-m", "sglang_patch_series", "-a", args]
+    base = [str(ansible), "localhost", "-c", "local", "-m", "ddtree.sglang.sglang_patch_series", "-a", args]
     check = subprocess.run([*base, "--check", "--diff"], env=env, capture_output=True, text=True, check=False)
     assert check.returncode == 0, check.stdout + check.stderr
     assert "CHANGED" in check.stdout and live(tree, TRITON) == PRISTINE[TRITON]

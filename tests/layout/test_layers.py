@@ -19,10 +19,10 @@ On the tree before these rules held (commit 18eed95) every rule failed:
    ``repro_py.report.tables -> repro_py.results.schema`` (the report read the result files through the
    sweep, which itself calls the report: the result files' own modules are now the ``results`` floor), and the
    table named a floor, ``repro_py.results``, the tree did not have;
-5. files: ``roles/sglang_patches/library/sglang_patch_series.py`` 531, ``repro_py/tune/cli.py`` 491,
+5. files: ``plugins/modules/sglang_patch_series.py`` 531, ``repro_py/tune/cli.py`` 491,
    ``repro_py/sweep/cli.py`` 485; functions: ``simengine/generation.py: add_generation_routes`` 361 (its
    ``chat`` 107), ``tune/cli.py: main`` 199, ``simengine/server.py: build_app`` 183, ``simengine/cli.py: resolve``
-   179 and ``build_parser`` 139, ``roles/sglang_service/library/sglang_wait_ready.py: main`` 166,
+   179 and ``build_parser`` 139, ``plugins/modules/sglang_wait_ready.py: main`` 166,
    ``sweep/cli.py: main`` 138, ``tune/cli.py: build_parser`` 124, ``bench/matrix.py: run_cell`` 112.
 """
 

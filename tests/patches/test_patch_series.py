@@ -78,21 +78,18 @@ def test_workspace_regen_round_trip(pristine_wheel, tmp_path):
         assert (out / name).read_bytes() == (series.SERIES_DIR / name).read_bytes(), name
 
 
-ROLE_MODULE = series.REPO_ROOT / "roles" / "sglang_patches" / "library" / "sglang_patch_series.py"
-ROLE_MODULE_UTILS = series.REPO_ROOT / "roles" / "sglang_patches" / "module_utils"
+ROLE_MODULE = series.REPO_ROOT / "plugins" / "modules" / "sglang_patch_series.py"
 
 
-@pytest.mark.skipif(not ROLE_MODULE.exists(), reason="the sglang_patches role module is absent")
+@pytest.mark.skipif(not ROLE_MODULE.exists(), reason="the collection's sglang_patch_series module is absent")
 def test_role_module_applies_the_real_series(pristine_wheel, tmp_path):
     """Cross-check with the deployment path: the role's module applies this
     series to a site-packages holding the pristine wheel, then is idempotent."""
     import importlib.util  # noqa: PLC0415
     import zipfile  # noqa: PLC0415
 
-    import ansible.module_utils as au  # noqa: PLC0415 - the role's module_utils, as Ansible finds them beside it
-
-    if str(ROLE_MODULE_UTILS) not in au.__path__:
-        au.__path__.append(str(ROLE_MODULE_UTILS))
+    # its module_utils import by the collection's name (ansible_collections.ddtree.sglang..., the checkout's
+    # .collections on the path)
     spec = importlib.util.spec_from_file_location("ddtree_role_sps", ROLE_MODULE)
     assert spec is not None and spec.loader is not None
     sps = importlib.util.module_from_spec(spec)

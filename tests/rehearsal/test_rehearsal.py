@@ -224,7 +224,8 @@ def test_ct200(weights: str, results_root: Path) -> None:
         run([*lease, "-e", "sglang_service_lease_state=released"], logs / "lease-release.log")
     assert "leased to sweep other-run" in " ".join(out.split())
     on_host = re.findall(r"^TASK \[(.*?)\]", out.split("PLAY [Preflight, install and run the service]")[1], re.M)
-    assert on_host[0] == "Gathering Facts" and all(t.startswith("sglang_service : ") for t in on_host[1:]), on_host
+    role = "ddtree.sglang.sglang_service : "
+    assert on_host[0] == "Gathering Facts" and all(t.startswith(role) for t in on_host[1:]), on_host
     assert any("Refuse, the host is leased" in t for t in on_host)
 
 

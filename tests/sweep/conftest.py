@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
@@ -120,6 +121,34 @@ class FakeReconfigurer:
 
     def close(self) -> None:
         self.closed = True
+
+
+class SlowReconfigurer(FakeReconfigurer):
+    """A host's restarts take a little while (so hosts interleave); ``lost_after``: from that call on, the host is
+    gone (every restart fails as an unreachable host's does, and :meth:`check` says so)."""
+
+    def __init__(self, *, lost_after: int | None = None, delay: float = 0.02, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.lost_after = lost_after
+        self.delay = delay
+        self.lost = False
+
+    def reconfigure(
+        self, cfg: PlannedConfig, private_dir: Path, cancel: threading.Event, *, restore: bool = False,
+        deterministic: bool = False,
+    ) -> ReconfigureOutcome:  # fmt: skip
+        time.sleep(self.delay)
+        if self.lost_after is not None and len(self.calls) + 1 >= self.lost_after:
+            self.lost = True
+        if self.lost:
+            self.calls.append(cfg.label)
+            self.restores.append(restore)
+            return ReconfigureOutcome(ok=False, status="error", wall_s=0.01, failure_class=FAILED_TO_START,
+                                      reason="task 'Take the host lease' unreachable: ssh: Connection refused")
+        return super().reconfigure(cfg, private_dir, cancel, restore=restore, deterministic=deterministic)
+
+    def check(self) -> str | None:
+        return "unreachable: ssh: connect to host 127.0.0.1 port 31032: Connection refused" if self.lost else None
 
 
 def bench_result(tps: float, *, accept: float | None = 4.0) -> dict[str, Any]:

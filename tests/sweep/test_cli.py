@@ -17,7 +17,7 @@ import yaml
 from rich.console import Console
 
 from repro_py.exitcodes import ExitCode
-from repro_py.sweep import cli, cmdline, messages
+from repro_py.sweep import cli, cmdline, hostclass, messages
 from repro_py.sweep.errors import PlanError
 from repro_py.sweep.reconfigure import AnsibleReconfigurer
 from tests.sweep.conftest import BUNDLE
@@ -93,6 +93,24 @@ def test_dry_run_prints_the_plan_and_estimate(tmp_path: Path, capsys: pytest.Cap
     assert not (tmp_path / "results").exists()
 
 
+def test_a_host_whose_class_cannot_be_read_is_refused_and_a_dry_run_says_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A one-host sweep reads the host's hardware class before any restart (recorded in the plan and every
+    result): a host without this bundle's patch series is refused there, naming it; --dry-run says a run would be."""
+    missing = "simhost: patch series not applied (state file /var/lib/sglang-deploy/sglang-patches.state.json missing)"
+    monkeypatch.setattr(hostclass, "probe_hosts",
+                        lambda *a, **k: {"simhost": hostclass.HostProbe("simhost", None, missing)})  # fmt: skip
+    inv = write_inventory(tmp_path / "inv.yml")
+    assert cli.main([str(inv), "--results", str(tmp_path / "results")]) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert "the plan was refused; nothing was restarted" in err and missing in " ".join(err.split())
+    assert not (tmp_path / "results").exists()
+    assert cli.main([str(inv), "--dry-run", "--results", str(tmp_path / "results")]) == ExitCode.OK
+    said = " ".join(capsys.readouterr().err.split())
+    assert f"hardware class not read ({missing}): a run would be refused" in said
+
+
 def _sweep(args: list[str], **kwargs: object) -> subprocess.Popen[str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(BUNDLE) + os.pathsep + env.get("PYTHONPATH", "")
@@ -164,6 +182,9 @@ def test_sigint_mid_sweep_then_resume_end_to_end(tmp_path: Path) -> None:
     assert all(d["engine"]["kind"] == "simulated" for d in docs.values() if d["status"] == "ok")
     # the inventory's sglang_service_sim_speed reached the engines and every figure carries it
     assert {d["engine"]["sim_speed"] for d in docs.values() if d["status"] == "ok"} == {50.0}
+    # the host's hardware class, in the plan and every result (a local simulated engine's own)
+    assert json.loads((run_dir / "plan.json").read_text())["host_class"]["key"] == "local-simulated"
+    assert {d["host_class"]["key"] for d in docs.values()} == {"local-simulated"}
 
     summary = (run_dir / "summary.md").read_text()
     assert summary.startswith("# SIMULATED")

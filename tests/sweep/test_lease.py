@@ -58,6 +58,8 @@ def _sweep(
 ) -> int:
     monkeypatch.setattr(ansible_runner, "run", runner)
     monkeypatch.setattr(cli, "BundleMeasure", lambda **kw: measure)
+    # the host_class.yml play (tests/sweep/test_hostclass*.py): here only the lease and reconfigure plays are counted
+    monkeypatch.setattr(cli, "class_of", lambda *a, **k: {"key": "test-class"})
     inv = write_inventory(tmp_path / "inv.yml", grid=GRID)
     return cli.main([str(inv), "--results", str(tmp_path / "results"), "--run-id", "r1", "--no-report", *extra])
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -9,11 +10,15 @@ from typing import Any
 
 from rich.console import Console
 
+from repro_py.endpoint import Endpoint
 from repro_py.sweep.benchplan import BenchPlan
+from repro_py.sweep.fleethosts import FleetHost
 from repro_py.sweep.plan import make_plan
 from repro_py.sweep.state import RunDir
+from repro_py.tune.budget import Budget
+from repro_py.tune.fleetloop import FleetTuneLoop
 from repro_py.tune.ladder import Rung, make_ladder
-from repro_py.tune.loop import Budget, TuneLoop
+from repro_py.tune.loop import TuneLoop
 from repro_py.tune.noise import NoiseModel
 from repro_py.tune.objectives import OBJECTIVE_NAMES, make_objectives, parse_slo
 from repro_py.tune.search import Search, SearchSettings
@@ -89,3 +94,29 @@ def make_loop(
         budget=budget or Budget(max_restarts=12),
         console=Console(quiet=True),
     )
+
+
+def make_fleet_loop(
+    tmp_path: Path,
+    reconfigurers: Sequence[Any],
+    *,
+    measure: Any = None,
+    space: Mapping[str, Any] = SMALL_SPACE,
+    objectives: Sequence[str] = ("single-stream",),
+    budget: Budget | None = None,
+    run: str = "run",
+    lossless_mode: str = "separate",
+    offset_limit: float = 0.05,
+) -> FleetTuneLoop:
+    """The tuner on ``len(reconfigurers)`` hosts h1.. (endpoint port 40001..), each restarting with its own fake."""
+    loop = make_loop(tmp_path, space, objectives, measure=measure, budget=budget, run=run, lossless_mode=lossless_mode)
+    plan = loop.plan
+    hosts = []
+    for i, rec in enumerate(reconfigurers, start=1):
+        target = dataclasses.replace(plan.target, host=f"h{i}", endpoint=Endpoint(f"http://127.0.0.1:{40000 + i}"))
+        hosts.append(FleetHost(f"h{i}", target, rec, "classA", {"gpu_model": "stand-in"}, check=rec.check))
+    search = loop.search
+    search.settings = dataclasses.replace(search.settings, reference_restarts=max(2, len(hosts)))
+    return FleetTuneLoop(plan, search, loop.run_dir, hosts, measure if measure is not None else ModelMeasure(0),
+                         bundle=BUNDLE, budget=loop.budget, class_key="classA", offset_limit=offset_limit,
+                         console=Console(quiet=True))  # fmt: skip

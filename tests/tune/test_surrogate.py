@@ -88,3 +88,30 @@ def test_without_counters_the_surrogate_models_tps_directly() -> None:
     mean, _ = surrogate.predict([c.spec for c in configs[:3]])
     assert mean.shape == (3,)
     assert Surrogate(60, 1).fit(blind[:1]).mode == "unfitted"
+
+
+@pytest.mark.parametrize("direct", [False, True])
+def test_a_config_in_flight_is_believed_at_its_prediction_so_the_uncertainty_around_it_shrinks(direct: bool) -> None:
+    """The kriging believer (several hosts proposing at once): the mean stays, the spread near the believed config
+    drops, the spread far from it barely moves."""
+    obs, configs = _observations(8, 3)
+    if direct:
+        obs = [Observation(o.spec, o.tps, None, None, o.rel_se) for o in obs]
+    surrogate = Surrogate(60, 1).fit(obs)
+    assert surrogate.mode == ("direct" if direct else "acceptance/step")
+    seen = {o.spec for o in obs}
+    pool = [c.spec for c in configs if c.spec not in seen]
+    mean, sd = surrogate.predict(pool)
+    flying = pool[int(np.argmax(mean + 2.0 * sd))]  # what a host just took: the upper bound's argmax
+    believing = surrogate.believing([flying])
+    mean2, sd2 = believing.predict(pool)
+    at = pool.index(flying)
+    assert mean2[at] == pytest.approx(mean[at], abs=0.02)
+    assert sd2[at] < 0.3 * sd[at]
+    assert np.all(sd2 <= sd + 1e-9)  # believing never adds uncertainty
+    far = int(np.argmax([np.linalg.norm(np.subtract(surrogate._x([p], "direct"), surrogate._x([flying], "direct")))
+                         for p in pool]))  # fmt: skip
+    assert sd2[far] > 0.8 * sd[far]
+    # the next upper bound's argmax is another config
+    assert pool[int(np.argmax(mean2 + 2.0 * sd2))] != flying
+    assert surrogate.believing([]) is surrogate

@@ -101,7 +101,7 @@ def test_no_write_back_unless_the_winner_beats_the_current_config_with_the_state
         run_dir = RunDir(tmp_path / "results" / run)
         (run_dir.path / "MANIFEST.sha256").write_text("x\n")
         code = writeback.offer(
-            Console(stderr=True), search, run_dir, target, inventory=inv, results=tmp_path, write=False, ask=False
+            Console(stderr=True), search, run_dir, [target], inventory=inv, results=tmp_path, write=False, ask=False
         )
         assert code == 0
         return " ".join(capsys.readouterr().err.split())

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Compare the installed Debian packages with version pins (the apt preferences' own terms).
 
 Usage: apt_pins_check.py PINS_JSON [REQUIRED_JSON]
@@ -28,8 +28,8 @@ def installed_versions(patterns: list[str]) -> dict[str, str]:
             check=False,
         )
         for line in proc.stdout.splitlines():
-            status, _, rest = line.partition(" ")
-            name, _, version = rest.partition(" ")
+            status, rest = line.partition(" ")[::2]
+            name, version = rest.partition(" ")[::2]
             if status == "installed":
                 found[name] = version
     return found

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Build the link-time stub lib64/stubs/libcuda.so for a toolkit that has none.
 
 NVIDIA's CUDA wheels ship no driver stub, but the JIT link lines of FlashInfer

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """The installed packages of the NVIDIA driver branch and the loaded kernel module, as JSON (read-only).
 
 packages: every installed package whose name matches one of the apt_preferences

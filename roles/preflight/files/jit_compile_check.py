@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Compile what the server's JITs compile, the way they compile it (no GPU needed).
 
 Run by the service venv's interpreter, as the service user, inside the unit's

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Check model directories the way the server will read them (run as the service user).
 
 For each directory: it can be listed, config.json parses, and every

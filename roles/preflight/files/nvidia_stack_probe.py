@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Report the NVIDIA driver stack of this host as JSON (read-only).
 
 driver: the loaded kernel module's version (/sys/module/nvidia/version) when a
@@ -34,7 +34,7 @@ FM_VERSION = re.compile(r"Fabric Manager version is\s*:\s*([0-9][0-9.]*)")
 def package_version(name: str) -> str | None:
     proc = subprocess.run(["dpkg-query", "-W", "-f=${db:Status-Status} ${Version}", name],
                           capture_output=True, text=True, check=False)
-    status, _, version = proc.stdout.partition(" ")
+    status, version = proc.stdout.partition(" ")[::2]
     return version if proc.returncode == 0 and status == "installed" else None
 
 
@@ -70,7 +70,7 @@ def parse_fabric(text: str) -> list[dict[str, object]]:
         if not gpus or not line.strip():
             continue
         indent = len(line) - len(line.lstrip())
-        key, _, value = line.strip().partition(":")
+        key, value = line.strip().partition(":")[::2]
         key, value = key.strip(), value.strip()
         if indent == 4:
             in_fabric = key == "Fabric" and not value

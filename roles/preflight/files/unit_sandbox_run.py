@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Run a command in the sandbox of an existing systemd service unit.
 
 The command runs as a transient oneshot unit whose [Service] section is the

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Compare what a virtual environment holds with a hash-locked requirements file.
 
 Run with the venv's own interpreter (stdlib only). Prints one JSON object:
@@ -52,7 +52,7 @@ def main() -> int:
     args = parser.parse_args()
     want = read_lock(args.lock)
     for spec in args.wheel:
-        name, _, version = spec.partition("==")
+        name, version = spec.partition("==")[::2]
         want[canonical(name)] = version
     have = {n: v for n, v in installed().items() if n not in FREEZE_SKIPS or n in want}
     missing = sorted(f"{n}=={v}" for n, v in want.items() if n not in have)

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python
 """Open every GPU device node the server needs, as the service user, inside the unit's sandbox.
 
     python sglang-device-check.py [--allow-no-driver] NODE...

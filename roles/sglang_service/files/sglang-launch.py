@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python
 """Run an SGLang server module with its API keys kept out of the process list and the logs.
 
     python sglang-launch.py [--keys-file PATH] MODULE [ARGS...]
@@ -82,7 +82,7 @@ def read_keys(path: str) -> dict[str, str]:
         raise SystemExit(f"sglang-launch: cannot read the keys file {path}: {exc}") from exc
     if not isinstance(data, dict):
         raise SystemExit(f"sglang-launch: the keys file {path} is not a JSON object")
-    return {name: str(data[name]) for name, _ in FLAGS if data.get(name)}
+    return {name: str(data[name]) for name, _flag in FLAGS if data.get(name)}
 
 
 def main(argv: list[str]) -> None:
