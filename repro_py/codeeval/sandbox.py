@@ -54,7 +54,11 @@ Outcome = Literal["passed", "assertion_failed", "exception", "timeout", "output_
 ISOLATIONS = ("bwrap", "namespaces", "none")
 ISOLATING = ("bwrap", "namespaces")
 BUILTIN_NAMES = frozenset(dir(builtins))
-CPU_SLACK_S = 0.1  # /proc and wait4 count CPU time in clock ticks; SIGXCPU comes at the precise limit
+# The sandbox's "CPU limit reached" (its SIGXCPU handler) is believed once the kernel's own count, read from
+# /proc or wait4 in clock ticks and behind the signal on a loaded machine (0.82 s read at a 1 s limit's SIGXCPU with
+# two test workers on two cores), has reached this share of the limit; a candidate that raises the sandbox's
+# exception itself before that is judged an exception, past it a timeout: either way it fails.
+CPU_BELIEVED_SHARE = 0.8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,7 +206,7 @@ def _signal_of(rc: int | None) -> int | None:
 
 
 def _cpu_timeout(cpu: float | None, limits: SandboxLimits) -> bool:
-    return cpu is not None and cpu >= limits.cpu_s * 0.95 - CPU_SLACK_S
+    return cpu is not None and cpu >= limits.cpu_s * CPU_BELIEVED_SHARE
 
 
 def _load(session: Session, code: str) -> list[object]:

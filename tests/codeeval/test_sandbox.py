@@ -15,6 +15,7 @@ import pytest
 from repro_py.codeeval.sandbox import (
     SandboxLimits,
     SandboxResult,
+    _cpu_timeout,
     available_isolation,
     isolation_in_force,
     run_candidate,
@@ -84,3 +85,12 @@ def test_the_isolation_in_force_is_recorded() -> None:
         assert "no network" in text and "read-only" in text
     if os.geteuid() == 0 and kind != "none":
         assert "a fresh uid per run without capabilities" in text
+
+
+def test_the_sandbox_s_cpu_limit_is_believed_when_the_kernel_s_count_lags_behind() -> None:
+    """On a loaded machine the kernel's count, read in clock ticks, trails the SIGXCPU the sandbox answered:
+    0.82 s was read at a 1 s limit's signal (a flake that judged a timeout an exception)."""
+    limits = SandboxLimits(cpu_s=1)
+    assert _cpu_timeout(0.82, limits)
+    assert not _cpu_timeout(0.1, limits)  # a candidate raising the sandbox's exception itself, early
+    assert not _cpu_timeout(None, limits)
