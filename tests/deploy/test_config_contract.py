@@ -132,7 +132,7 @@ def test_a_playbook_resolves_the_inputs_once_per_host(run_playbook, tmp_path):
         "    - name: Resolve as tasks/main.yml does\n"
         "      ansible.builtin.include_role:\n"
         "        name: ddtree.sglang.sglang_service\n"
-        "        tasks_from: resolve.yml\n"
+        "        tasks_from: resolve\n"
         "      when: not (_sglang_service_resolved | default(false))\n"
         "    - name: Record\n"
         "      ansible.builtin.copy:\n"

@@ -40,8 +40,8 @@ def test_the_lease_is_the_first_task_on_the_host_and_always_given_back(name: str
         tasks = play["tasks"]
         assert len(tasks) == 1 and "block" in tasks[0], f"{name}: the play's work is not one block under the lease"
         block = tasks[0]
-        assert _is_lease(block["block"][0], "lease.yml"), f"{name}: the first task is {block['block'][0].get('name')}"
-        assert any(_is_lease(t, "lease_release.yml") for t in block.get("always", [])), f"{name}: no release"
+        assert _is_lease(block["block"][0], "lease"), f"{name}: the first task is {block['block'][0].get('name')}"
+        assert any(_is_lease(t, "lease_release") for t in block.get("always", [])), f"{name}: no release"
 
 
 def test_site_yml_installs_nothing_before_the_lease() -> None:
@@ -53,9 +53,10 @@ def test_site_yml_installs_nothing_before_the_lease() -> None:
     ).stdout  # fmt: skip
     play = out.split("play #2")[1]
     tasks = [line.strip() for line in play.splitlines() if "TAGS:" in line and not line.strip().startswith("(all)")]
-    first = tasks[0]
     role = "ddtree.sglang.sglang_service :"
-    assert first.startswith(f"{role} Name this run's controller process, the lease holder"), tasks[:3]
+    # the lease entry point's argument spec is checked first (on the controller), then the lease is taken
+    assert tasks[0].startswith(f"{role} Validating arguments against arg spec 'lease'"), tasks[:3]
+    assert tasks[1].startswith(f"{role} Name this run's controller process, the lease holder"), tasks[:3]
     lease_at = next(i for i, t in enumerate(tasks) if t.startswith(f"{role} Take the host lease"))
     before = tasks[:lease_at]
     assert all(t.startswith(role) for t in before), before

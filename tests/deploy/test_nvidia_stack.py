@@ -155,7 +155,7 @@ def test_b300s_check_only_inputs_pass_without_an_nvlsm_version(run_playbook, tmp
     play = tmp_path / "play.yml"
     play.write_text(
         "- hosts: all\n  gather_facts: false\n  tasks:\n    - ansible.builtin.include_role:\n"
-        "        name: ddtree.sglang.nvidia_driver\n        tasks_from: preflight.yml\n"
+        "        name: ddtree.sglang.nvidia_driver\n        tasks_from: preflight\n"
     )
     b300 = ["-e", json.dumps({"nvidia_driver_nvswitch": True, "nvidia_driver_nvlsm": True})]
     ok = run_playbook("-i", "localhost,", "-c", "local", str(play), *b300)

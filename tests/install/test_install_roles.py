@@ -104,7 +104,7 @@ ASSERT_APT = """\
     - name: Preflight
       ansible.builtin.include_role:
         name: ddtree.sglang.cuda_toolkit
-        tasks_from: preflight.yml
+        tasks_from: preflight
       vars:
         cuda_toolkit_method: apt
 """

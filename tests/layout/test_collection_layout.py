@@ -4,7 +4,9 @@
    uses another role's private code and nothing reaches for it through a global library path.
 2. A role is used only by its FQCN (``ddtree.sglang.<role>``), and every ``tasks_from`` names an entry point that
    role declares in its ``meta/argument_specs.yml`` (an interface, its options validated), never a private task
-   file: within a role ``include_tasks``/``import_tasks`` is the way, across roles the entry point.
+   file: within a role ``include_tasks``/``import_tasks`` is the way, across roles the entry point. The entry point is
+   named as declared, without ``.yml``: Ansible looks the spec up under ``tasks_from`` exactly as written, so
+   ``tasks_from: lease.yml`` runs the file and validates nothing.
 3. Every collection module and action plugin used in a task is used by its FQCN.
 4. No playbook or role task includes a task file of another role by path.
 """
@@ -25,7 +27,7 @@ MODULES = sorted(p.stem for p in (ROOT / "plugins" / "modules").glob("*.py")) + 
 )
 ROLE_KEYS = {f"{ns}{verb}" for ns in ("", "ansible.builtin.") for verb in ("include_role", "import_role")}
 #: where plays and task lists live (product and test plays alike use the collection the same way)
-PLAY_TREES = ("roles", "playbooks", "molecule", "tests/install", "tests/rehearsal", "tests/fleet", "site.yml")
+PLAY_TREES = ("roles", "playbooks", "molecule", "tests/install", "tests/rehearsal", "tests/fleet", "tests/deploy", "site.yml")
 
 
 def _yaml_files() -> Iterator[Path]:
@@ -94,8 +96,11 @@ def test_every_role_use_is_by_fqcn_and_through_a_declared_entry_point() -> None:
         if role not in ROLES:
             problems.append(f"{where}: no role {role!r} in the collection (roles: {', '.join(ROLES)})")
             continue
-        entry = "main" if tasks_from is None else str(tasks_from).removesuffix(".yml")
-        if entry not in entry_points(role):
+        entry = "main" if tasks_from is None else str(tasks_from)
+        if entry.endswith(".yml"):  # Ansible looks the spec up under tasks_from as written: "lease.yml" has none
+            problems.append(f"{where}: {name} tasks_from {tasks_from!r} names the file, so its argument spec is never "
+                            f"validated; name the entry point: {entry.removesuffix('.yml')!r}")  # fmt: skip
+        elif entry not in entry_points(role):
             declared = ", ".join(sorted(entry_points(role)))
             problems.append(f"{where}: {name} tasks_from {tasks_from!r} is not an entry point declared in "
                             f"roles/{role}/meta/argument_specs.yml ({declared})")  # fmt: skip
