@@ -52,6 +52,7 @@ ROOT_INCLUDE: tuple[str, ...] = (
     "testhost",
     "benchmarks",
     "scripts",
+    "templates",
 )
 
 #: Never covered, anywhere (caches and build outputs).

@@ -122,7 +122,7 @@ if [[ $jit -eq 0 ]]; then
     build=$(mktemp -d)
     trap 'rm -rf "$build"' EXIT
     epoch=$(git -C "$root" log -1 --format=%ct 2>/dev/null || echo 315532800)
-    cp -r "$root/pyproject.toml" "$root/repro_py" "$build/"
+    cp -rL "$root/pyproject.toml" "$root/repro_py" "$build/"
     find "$build" -name '__pycache__' -prune -exec rm -rf {} +
     find "$build" -exec touch -h -d "@$epoch" {} +
     # Isolated build: the backend (setuptools, as pyproject.toml pins) comes from the registry.

@@ -2,7 +2,7 @@
 
 ``python -m repro_py.report RUN_DIR`` rebuilds it (:mod:`repro_py.report.cli`; nothing reads the
 engine: the files are the only input). Markdown comes from the Jinja2
-template ``repro_py/report/templates/summary.md.j2``.
+template ``templates/report/summary.md.j2`` (linked as ``repro_py/report/templates``).
 """
 
 from __future__ import annotations

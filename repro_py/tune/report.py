@@ -2,7 +2,7 @@
 
 Rendered from the search document (:mod:`repro_py.tune.outcome`) with the
 report package's Jinja2 environment (the same Markdown filters) and the
-template ``repro_py/tune/templates/report.md.j2``. The sweep's own report of the same
+template ``templates/tune/report.md.j2`` (linked as ``repro_py/tune/templates``). The sweep's own report of the same
 result files (``summary.md``, ``summary.csv``, ``plots/``) is built next to it.
 """
 

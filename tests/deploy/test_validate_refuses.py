@@ -30,7 +30,10 @@ BAD_INPUTS = [
     (["-e", "sglang_service_port=80"], "sglang_service_port=80 is out of range; allowed 1024..65535"),
     (["-e", "sglang_service_tp_size=0"], "sglang_service_tp_size=0 is out of range; allowed 1..64"),
     (["-e", "sglang_service_sync_wait_s=99"], "sglang_service_sync_wait_s=99 is out of range; allowed 0..30"),
-    (["-e", "sglang_service_engine=vllm"], "value of sglang_service_engine must be one of: sglang, simulated, got: vllm"),
+    (
+        ["-e", "sglang_service_engine=vllm"],
+        "value of sglang_service_engine must be one of: sglang, simulated, got: vllm",  # the argument spec's check
+    ),
     (["-e", "sim_fault=crash-on-load"], "faults are for engine simulated only"),
     (
         ["-e", "sglang_service_attention_backend=cutlass_mla"],

@@ -27,7 +27,9 @@ MODULES = sorted(p.stem for p in (ROOT / "plugins" / "modules").glob("*.py")) + 
 )
 ROLE_KEYS = {f"{ns}{verb}" for ns in ("", "ansible.builtin.") for verb in ("include_role", "import_role")}
 #: where plays and task lists live (product and test plays alike use the collection the same way)
-PLAY_TREES = ("roles", "playbooks", "molecule", "tests/install", "tests/rehearsal", "tests/fleet", "tests/deploy", "site.yml")
+PLAY_TREES = (
+    "roles", "playbooks", "molecule", "tests/install", "tests/rehearsal", "tests/fleet", "tests/deploy", "site.yml",
+)  # fmt: skip
 
 
 def _yaml_files() -> Iterator[Path]:

@@ -99,7 +99,7 @@ def test_root_mode_covers_the_bundle_files_only() -> None:
     files = manifest.covered_files(root, root_mode=True)
     assert "repro_py/manifest.py" in files
     assert "pyproject.toml" in files
-    assert any(f.startswith("repro_py/report/templates/") for f in files)
+    assert any(f.startswith("templates/report/") for f in files)
     assert not any(f.startswith(("tests/", "results/", ".venv", "docs/")) for f in files)
     assert not any("__pycache__" in f or f.endswith(".pyc") for f in files)
     assert manifest.MANIFEST_NAME not in files

@@ -1,9 +1,10 @@
-"""The report templates travel with the package: a wheel built from the project has them,
-and the renderers find them next to their modules (not through the source tree's layout)."""
+"""The report templates are the operator's to edit, at the top of the checkout (``templates/report``,
+``templates/tune``), and travel with the package: ``repro_py/report/templates`` and ``repro_py/tune/templates``
+link them, the renderers find them next to their modules, and a wheel built as scripts/build-wheelhouse.sh builds
+it (the links followed) carries them."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -21,12 +22,26 @@ def test_the_renderers_load_their_templates_from_the_package():
         assert (module.TEMPLATE_DIR / name).is_file()
 
 
+TOP = {"report": ("summary.md.j2", "fleet.md.j2"), "tune": ("report.md.j2",)}
+
+
+def test_the_templates_an_operator_edits_are_at_the_top_and_the_package_links_them():
+    for package, names in TOP.items():
+        link = ROOT / "repro_py" / package / "templates"
+        assert link.is_symlink() and link.resolve() == ROOT / "templates" / package, link
+        for name in names:
+            path = ROOT / "templates" / package / name
+            assert path.is_file() and not path.is_symlink(), path
+
+
 def test_a_built_wheel_carries_the_templates(tmp_path):
-    """Built as scripts/build-wheelhouse.sh builds it (pyproject.toml + repro_py, isolated build)."""
+    """Built as scripts/build-wheelhouse.sh builds it (its copy of pyproject.toml + repro_py, the links followed;
+    an isolated build)."""
     src = tmp_path / "src"
     src.mkdir()
-    shutil.copy(ROOT / "pyproject.toml", src)
-    shutil.copytree(ROOT / "repro_py", src / "repro_py", ignore=shutil.ignore_patterns("__pycache__"))
+    script = (ROOT / "scripts" / "build-wheelhouse.sh").read_text()
+    assert 'cp -rL "$root/pyproject.toml" "$root/repro_py" "$build/"' in script  # a plain cp -r keeps dangling links
+    subprocess.run(["cp", "-rL", str(ROOT / "pyproject.toml"), str(ROOT / "repro_py"), str(src)], check=True)
     res = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "out"), str(src)],
         capture_output=True, text=True, check=False, timeout=300,
@@ -34,5 +49,6 @@ def test_a_built_wheel_carries_the_templates(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     (wheel,) = (tmp_path / "out").glob("repro_py-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert "repro_py/report/templates/summary.md.j2" in names
-    assert "repro_py/tune/templates/report.md.j2" in names
+    for package, templates in TOP.items():
+        for name in templates:
+            assert f"repro_py/{package}/templates/{name}" in names, sorted(n for n in names if "templates" in n)
