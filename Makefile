@@ -203,16 +203,18 @@ e2e-run: venv
 	SGLANG_TESTHOST=1 SWEEP_E2E_RESULTS=$(RESULTS) $(PY) -m pytest -q -p no:cacheprovider -s tests/e2e
 
 # Every stage in order, each timed; the times go to results/stage-times.txt.
-TEST_STAGES := setup lint sanity manifest-check locks cpu-venv image wheelhouse unit host-checks molecule deploy \
+TEST_STAGES := setup lint manifest-check locks cpu-venv image wheelhouse unit host-checks molecule deploy \
                service-checks-run e2e-run
 # Stages with test hosts of their own that run beside the main lane once SIDE_AFTER has
 # passed: the rehearsal (its own host container operator-testhost on the podman network
 # operator-rehearsal, its own controller container and mirrors, results under
 # results/rehearsal-RUN_ID). A side-lane stage is a -run target that rebuilds nothing: the
 # prerequisites of `make rehearsal` are main-lane stages that have passed by then; then the fleet
-# (three test hosts of its own, sglang-fleet-1..3, on ports nothing else uses). The main
+# (three test hosts of its own, sglang-fleet-1..3, on ports nothing else uses); then ansible-test sanity
+# (the venv only, a build and install of its own under /tmp): the side lane ends well before the main
+# lane, so nothing there lengthens the run. The main
 # lane's own reruns of the wheelhouse change nothing on disk (scripts/build-wheelhouse.sh).
-SIDE_STAGES := rehearsal-run fleet-run
+SIDE_STAGES := rehearsal-run fleet-run sanity
 SIDE_AFTER := wheelhouse
 test:
 	@$(TIMED_STAGES) 'make test' $(RESULTS)/stage-times.txt '$(TEST_STAGES)' '$(SIDE_STAGES)' $(SIDE_AFTER)
