@@ -6,9 +6,7 @@ given back."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
-import signal
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
@@ -19,6 +17,7 @@ from rich.markup import escape
 
 from repro_py.sweep.fleethosts import FleetHost
 from repro_py.sweep.grid import PlannedConfig
+from repro_py.sweep.sigint import with_sigint
 
 _T = TypeVar("_T")
 
@@ -45,16 +44,7 @@ class HostTasks:
 
     async def guarded(self, body: Callable[[], Awaitable[_T]]) -> _T:
         """Run ``body`` with this Ctrl-C handling installed (where the event loop can install it)."""
-        loop = asyncio.get_running_loop()
-        installed = False
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(signal.SIGINT, self.on_sigint)
-            installed = True
-        try:
-            return await body()
-        finally:
-            if installed:
-                loop.remove_signal_handler(signal.SIGINT)
+        return await with_sigint(self.on_sigint, body)
 
     async def phase(self, coros: list[Coroutine[Any, Any, None]]) -> None:
         """Run one task per host until all are done (a task's exception is said, never lost)."""

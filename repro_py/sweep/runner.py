@@ -55,6 +55,7 @@ from repro_py.sweep.grid import PlannedConfig
 from repro_py.sweep.measure import Measure
 from repro_py.sweep.plan import Plan
 from repro_py.sweep.reconfigure import ReconfigureOutcome, Reconfigurer
+from repro_py.sweep.sigint import with_sigint
 
 RESTORE_LABEL = "restore-default"
 _T = TypeVar("_T")
@@ -175,17 +176,8 @@ class SweepRunner:
         """Run ``body`` with this runner's Ctrl-C handling (cancel the config in flight, keep writes whole).
 
         The sweep's own loop runs this way; another loop over :meth:`run_config_and_write` (a tuner) can too."""
-        loop = asyncio.get_running_loop()
-        self.loop = loop
-        installed = False
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(signal.SIGINT, self._on_sigint)
-            installed = True
-        try:
-            return await body()
-        finally:
-            if installed:
-                loop.remove_signal_handler(signal.SIGINT)
+        self.loop = asyncio.get_running_loop()
+        return await with_sigint(self._on_sigint, body)
 
     def _eta(self, remaining: list[PlannedConfig], actual: float, estimated: float) -> float:
         per = float(self.plan.estimate.get("per_config_s", 0.0))
