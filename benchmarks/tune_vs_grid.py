@@ -1,8 +1,10 @@
 """The tuner against a MEASURED full grid, with random search at the same budget, on the simulated engine.
 
-For each space (three, none of them the space the tuner's settings were chosen
-on: ``tests/tune/conftest.py``'s MEDIUM_SPACE, budgets 2..64 x top-K 1..8 x
-block 8/16 x window 2048/none) and each objective:
+For each space (by default D, E and F, none of them a space the tuner's
+settings were chosen on: ``tests/tune/conftest.py``'s MEDIUM_SPACE for the
+surrogate, A, B and C for the trust region and the constant mean, with
+``benchmarks/tune_search_model.py``; A, B and C stay here for the earlier
+tables) and each objective:
 
 * the **full grid**: every config of the space (and the inventory's current
   config) restarted and measured by the sweep's own loop (``SweepRunner``:
@@ -18,6 +20,10 @@ block 8/16 x window 2048/none) and each objective:
   with a restart budget of 30% of the grid's restarts, the grid counting one
   restart per config that differs for the run (configs whose draft window
   covers every token of the run are one config) plus the restore;
+* the **previous tuner** (``--previous``, the default): the previous release's
+  search, bounds over the whole space and a linear trend in the surrogate, per
+  seed with the same budget and the same per-restart engine seeds, judged on the
+  same grid: the two searches side by side in one run;
 * **random search** at the same budget: as many configs as the tuner may
   restart (the restore set aside), drawn uniformly without replacement from the
   space with the seed, the best by its own measurement (the grid's first pass:
@@ -44,8 +50,8 @@ acceptance draws differ between restarts, on top of this machine's timing
 noise. Every figure is of this machine running the SIMULATED engine; none
 says anything about GPUs. Usage::
 
-    python benchmarks/tune_vs_grid.py [--spaces A,B,C] [--objectives single-stream,throughput]
-                                      [--seeds 101,202,303] [--speed 20] [--json FILE] [--keep DIR]
+    python benchmarks/tune_vs_grid.py [--spaces D,E,F] [--objectives single-stream,throughput]
+                                      [--seeds 404,505,606] [--speed 20] [--json FILE] [--keep DIR]
                                       [--lossless-restart shared|separate]
 """
 
@@ -118,6 +124,26 @@ SPACES: dict[str, dict[str, Any]] = {
              "window": [1024]},
             {"algorithm": ["dflash"], "block_size": [8, 16], "window": [64, 1024, "none"]},
         ],
+    },
+    # Three spaces that neither the tuner's settings nor its trust region were chosen on (A, B and C were; see
+    # docs/tune.md): the default spaces of this benchmark.
+    # block 16 throughout, budgets 2..16 x top-K 1..8, a 256-token window the run outgrows and a full cache
+    "D": {
+        "configs": [{"algorithm": "none"}, CURRENT, {"algorithm": "dflash", "block_size": 16, "window": "none"}],
+        "grid": {"algorithm": ["ddtree"], "budget": [2, 3, 4, 6, 8, 12, 16], "topk": [1, 2, 4, 8], "block_size": [16],
+                 "window": [256, "none"]},
+    },
+    # both blocks, budgets 3..11, a 384-token window and a full cache
+    "E": {
+        "configs": [{"algorithm": "none"}, CURRENT],
+        "grid": {"algorithm": ["ddtree"], "budget": [3, 5, 8, 11], "topk": [1, 2, 4], "block_size": [8, 16],
+                 "window": [384, "none"]},
+    },
+    # a fine grid near the field's default: budgets 4..11 x top-K 1, 2, 3, 5, both blocks, full cache
+    "F": {
+        "configs": [{"algorithm": "none"}, CURRENT],
+        "grid": {"algorithm": ["ddtree"], "budget": [4, 5, 6, 7, 9, 11], "topk": [1, 2, 3, 5], "block_size": [8, 16],
+                 "window": ["none"]},
     },
 }  # fmt: skip
 EQUAL_WITHIN = 0.02
@@ -370,12 +396,17 @@ class TunerRow:
 
 
 def run_tuner(
-    args: argparse.Namespace, root: Path, name: str, objective: Objective, *, seed: int, max_restarts: int
+    args: argparse.Namespace, root: Path, name: str, objective: Objective, *, seed: int, max_restarts: int,
+    previous: bool = False,
 ) -> TunerRow:
+    """One tuning run; ``previous``: the previous release's search (bounds over the whole space, a linear trend in
+    the surrogate) in place of this one's (a trust region around the winner so far, a constant mean)."""
     port = free_port()
     target = target_for(port, SPACES[name])
     space = load_space(target)
     settings = settings_for(objective, args.max_tokens)
+    if previous:
+        settings = dataclasses.replace(settings, trust_radius=None, surrogate_trend=True)
     bench = BenchPlan(
         contexts=(objective.cell.context,),
         concurrency=(objective.cell.concurrency,),
@@ -385,9 +416,10 @@ def run_tuner(
     plan = make_plan(target, list(space.raws), grid_source=f"benchmark space {name}", bench=bench, results_root=root,
                      lossless_mode=args.lossless_restart)  # fmt: skip
     search = Search(space, settings, NoiseModel(), default=plan.default_config)
-    run_dir = state.RunDir(root / f"tune-{name}-{objective.key}-{seed}")
+    run_dir = state.RunDir(root / f"{'previous' if previous else 'tune'}-{name}-{objective.key}-{seed}")
     run_dir.path.mkdir(parents=True)
     write_json_atomic(run_dir.plan, plan.as_dict(run_dir.run_id))
+    # the same seed per restart of a config for both searches: they differ in what they restart, not in its draws
     rec = SeededLocal(port, f"{name}-{objective.key}-{seed}", load_s=args.load, warmup_s=args.warmup, speed=args.speed)
     loop = TuneLoop(
         plan,
@@ -434,12 +466,16 @@ def pct(value: float | None) -> str:
 def print_summary(rows: list[dict[str, Any]], table: list[str], confidence: float, wall_s: float) -> None:
     print()
     print("\n".join(table))
-    n = len(rows)
     print()
-    print(
-        f"tuner: within 2% of the grid's optimum {sum(r['within_2pct'] for r in rows)}/{n}; within 2% or not "
-        f"distinguishable from it at {confidence:.0%}: {sum(r['hit'] for r in rows)}/{n}"
-    )
+    for previous in sorted({bool(r["previous"]) for r in rows}):
+        arm = [r for r in rows if bool(r["previous"]) == previous]
+        print(
+            f"{'previous tuner (bounds over the whole space, linear trend)' if previous else 'tuner'}: within 2% of "
+            f"the grid's optimum {sum(r['within_2pct'] for r in arm)}/{len(arm)}; within 2% or not distinguishable "
+            f"from it at {confidence:.0%}: {sum(r['hit'] for r in arm)}/{len(arm)}"
+        )
+    rows = [r for r in rows if not r["previous"]]
+    n = len(rows)
     groups = {(r["space"], r["objective"]): r for r in rows}
     print(
         f"random search at the same budget: within 2% {sum(r['random_within_2pct'] for r in rows)}/{n}, or n.d. "
@@ -474,6 +510,7 @@ def bench_space(
     """The grid of one space, then per objective the oracle, the tuner per seed and random search: rows."""
     confidence = NoiseModel().confidence
     grid = run_grid(args, root, name, objectives)
+    arms = (False, True) if args.previous else (False,)
     grid_restarts = grid.per_config * grid.distinct + 1
     budget = math.floor(args.budget_share * grid_restarts)
     space = load_space(target_for(0, SPACES[name]))
@@ -515,20 +552,20 @@ def bench_space(
         ]
         expected = (statistics.fmean(d[1] for d in draws), statistics.fmean(d[2] for d in draws))
         print("\n".join(table[-2:]), flush=True)
-        for seed in seeds:
-            tuned = run_tuner(args, root, name, obj, seed=seed, max_restarts=budget)
+        for seed, previous in [(seed, previous) for seed in seeds for previous in arms]:
+            tuned = run_tuner(args, root, name, obj, seed=seed, max_restarts=budget, previous=previous)
             ratio, close, hit = grid.judge(obj.key, tuned.winner, confidence)
             rand = random_search(grid, labels, obj.key, budget - 1, random.Random(f"{name}:{obj.key}:{seed}"))
             r_ratio, r_close, r_hit = grid.judge(obj.key, rand, confidence)
             table.append(
-                f"| {name} | {obj.key} | tuner seed {seed} | {tuned.winner} | "
+                f"| {name} | {obj.key} | {'previous tuner' if previous else 'tuner'} seed {seed} | {tuned.winner} | "
                 f"{truth_text(grid, obj.key, tuned.winner)} | {pct(ratio)} | {yes(close)} | {yes(hit)} | "
                 f"{tuned.restarts} | {tuned.restarts / grid_restarts:.3f} | {tuned.wall_s:.0f} | {rand} | "
                 f"{pct(r_ratio)} | {yes(r_close)} | {yes(r_hit)} |"
             )
             rows.append(
                 {
-                    "space": name, "objective": obj.key, "seed": seed, "winner": tuned.winner,
+                    "space": name, "objective": obj.key, "seed": seed, "previous": previous, "winner": tuned.winner,
                     "vs_optimum": ratio, "within_2pct": close, "hit": hit, "restarts": tuned.restarts,
                     "grid_restarts": grid_restarts, "wall_s": tuned.wall_s, "grid_wall_s": grid.wall_s,
                     "write_back": tuned.replace, "between_cv": tuned.between_cv, "random_winner": rand,
@@ -549,9 +586,9 @@ def bench_space(
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--spaces", default="A,B,C")
+    ap.add_argument("--spaces", default="D,E,F")
     ap.add_argument("--objectives", default="single-stream,throughput")
-    ap.add_argument("--seeds", default="101,202,303")
+    ap.add_argument("--seeds", default="404,505,606")
     ap.add_argument("--speed", type=float, default=20.0, help="simulated engine --sim-speed (default 20)")
     ap.add_argument("--load", type=float, default=1.0, help="simulated load seconds (default 1)")
     ap.add_argument("--warmup", type=float, default=0.5, help="simulated warmup seconds (default 0.5)")
@@ -562,6 +599,10 @@ def main() -> int:
         help="where the lossless gate runs, for the grid and the tuner alike (default shared: one restart per "
         "config, the setting the figures in docs/tune.md were taken with; separate: a gated config's lossless gate "
         "has a restart of its own, so a gated config takes two restarts)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--previous", action=argparse.BooleanOptionalAction, default=True,
+        help="also run the previous release's search per seed, on the same grid (default: yes)",
     )  # fmt: skip
     ap.add_argument("--keep", type=Path, help="keep the run directories here")
     ap.add_argument("--json", type=Path, help="write every row as JSON here")

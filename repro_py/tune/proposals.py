@@ -14,11 +14,18 @@ Order of proposals:
    sooner when the remaining budget would otherwise not reach it;
 5. then, per objective, the unmeasured config with the highest upper
    confidence bound (``kappa`` standard deviations) of the surrogate of its
-   screened figure; the objective whose candidate promises the largest gain
-   over its current winner goes next;
-6. when no candidate promises more than ``min_gain``: the current winners'
-   unmeasured neighbours (one step in one setting), since a smooth surrogate
-   can round off a sharp optimum.
+   screened figure, among the configs of its *trust region*: those within
+   ``trust_radius`` of the objective's winner so far in the surrogate's
+   features (each scaled to the space's range; widened by half until it holds
+   a candidate). A surrogate fitted to a dozen configs is a local model: away
+   from them it knows only its mean, and a bound taken over the whole space
+   spends the few restarts on far corners whose width, not their promise, makes
+   them look good. The objective whose candidate promises the largest gain over
+   its current winner goes next;
+6. when no candidate of a trust region promises more than ``min_gain``: the
+   best bound over the whole space, when it promises more;
+7. then the current winners' unmeasured neighbours (one step in one setting),
+   since a smooth surrogate can round off a sharp optimum.
 
 Configs that are the same for this run are restarted once: they differ only in
 a draft window that covers every token of every sequence the run measures (its
@@ -84,6 +91,33 @@ def maximin(search: Search, pool: list[PlannedConfig]) -> PlannedConfig:
     return pool[int(np.argmax(dist))]
 
 
+def scaled_features(search: Search, cfgs: Sequence[PlannedConfig]) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """The surrogate's features of ``cfgs``, each scaled to the range the space's speculative configs span
+    (0..1; a feature the space does not vary is 0)."""
+    every = features(search, [c for c in search.space.configs if c.spec.algorithm != "none"])
+    low, high = every.min(axis=0), every.max(axis=0)
+    span = np.where(high > low, high - low, 1.0)
+    out: np.ndarray[Any, np.dtype[np.float64]] = (features(search, cfgs) - low) / span
+    return out
+
+
+def trust_region(
+    search: Search, obj: Objective, candidates: list[PlannedConfig]
+) -> tuple[list[PlannedConfig], float | None]:
+    """The candidates within the trust radius of ``obj``'s speculative winner so far (root mean square of the
+    scaled feature differences), the radius widened by half until one is inside; all of them, and None, when
+    nothing speculative has won yet or the settings have no trust radius (the previous release's search)."""
+    winner = next((rec for rec, _ in search.ranked(obj) if rec.cfg.spec.algorithm != "none"), None)
+    if winner is None or not candidates or search.settings.trust_radius is None:
+        return candidates, None
+    centre = scaled_features(search, [winner.cfg])[0]
+    dist = np.sqrt(np.mean((scaled_features(search, candidates) - centre) ** 2, axis=1))
+    radius = search.settings.trust_radius
+    while not np.any(dist <= radius):
+        radius *= 1.5
+    return [c for c, d in zip(candidates, dist, strict=True) if d <= radius], radius
+
+
 def observations(search: Search, obj: Objective) -> list[Observation]:
     """Each config's highest rung for ``obj``: the full rung's figure, else its projection to the full length
     (corrected by the mean residual of projections at that rung), with acceptance and step time there."""
@@ -126,7 +160,7 @@ def in_flight(search: Search, obj: Objective) -> list[SpecConfig]:
 
 def surrogate_for(search: Search, obj: Objective) -> Surrogate:
     """An unfitted surrogate of ``obj``'s cell, its window features at the run's longest sequence."""
-    return Surrogate(longest_sequence(search), obj.cell.concurrency)
+    return Surrogate(longest_sequence(search), obj.cell.concurrency, trend=search.settings.surrogate_trend)
 
 
 def fit_surrogates(search: Search) -> dict[str, Surrogate]:
@@ -209,7 +243,7 @@ def propose(search: Search, remaining: int | None = None, per_config: int = 1) -
     measured = sum(1 for r in search.records.values() if r.cfg.spec.algorithm != "none" and r.restart == 1)
     if measured < search.settings.init_design:
         return Proposal(maximin(search, speculative), "initial design: the config farthest from those measured")
-    best: tuple[float, Proposal] | None = None
+    fitted: dict[str, Surrogate] = {}
     for obj in search.settings.objectives:
         try:
             surrogate = surrogate_for(search, obj).fit(observations(search, obj))
@@ -218,8 +252,35 @@ def propose(search: Search, remaining: int | None = None, per_config: int = 1) -
         search.surrogates[obj.key] = surrogate
         if not surrogate.fitted:
             return Proposal(maximin(search, speculative), "initial design: too few screened configs to fit")
+        fitted[obj.key] = surrogate
+    best = best_bound(search, fitted, speculative, local=True)
+    if best[0] > search.settings.min_gain:
+        return best[1]
+    local = local_check(search, pool)
+    if local is not None:
+        return local
+    best = best_bound(search, fitted, speculative, local=False)
+    if best[0] <= search.settings.min_gain:
+        return _stop(
+            search,
+            f"converged: no unmeasured config's upper bound ({search.settings.kappa:g} sd) beats the current "
+            f"winner of any objective by more than {search.settings.min_gain:.0%}, and every neighbour of each "
+            "winner was measured",
+        )
+    return best[1]
+
+
+def best_bound(
+    search: Search, surrogates: dict[str, Surrogate], speculative: list[PlannedConfig], *, local: bool
+) -> tuple[float, Proposal]:
+    """(gain, proposal): over the objectives, the candidate whose upper bound promises the largest gain over
+    that objective's winner so far; among each objective's trust region (``local``) or the whole space."""
+    best: tuple[float, Proposal] | None = None
+    for obj in search.settings.objectives:
+        surrogate = surrogates[obj.key]
+        candidates, radius = trust_region(search, obj, speculative) if local else (speculative, None)
         flying = in_flight(search, obj)
-        mu, sd = surrogate.believing(flying).predict([c.spec for c in speculative])
+        mu, sd = surrogate.believing(flying).predict([c.spec for c in candidates])
         upper = np.exp(mu + search.settings.kappa * sd)
         index = int(np.argmax(upper))
         ranked = search.ranked(obj)
@@ -230,11 +291,15 @@ def propose(search: Search, remaining: int | None = None, per_config: int = 1) -
             why = f"{gain:+.1%} over its {incumbent:.1f} for the winner so far {ranked[0][0].label}"
         else:
             gain, why = math.inf, "no winner yet"
+        where = (
+            "anywhere in the space" if radius is None
+            else f"within {radius:.2f} of the winner so far ({len(candidates)} configs)"
+        )  # fmt: skip
         proposal = Proposal(
-            speculative[index],
-            f"surrogate ({surrogate.mode}) for {obj.key}: predicted {math.exp(mu[index]):.1f} tok/s, upper bound "
-            f"{upper[index]:.1f}, {why}" + (f" ({len(flying)} in flight believed at their predictions)" if flying
-                                             else ""),
+            candidates[index],
+            f"surrogate ({surrogate.mode}) for {obj.key}, {where}: predicted {math.exp(mu[index]):.1f} tok/s, "
+            f"upper bound {upper[index]:.1f}, {why}"
+            + (f" ({len(flying)} in flight believed at their predictions)" if flying else ""),
             obj.key,
             math.exp(mu[index]),
             float(upper[index]),
@@ -242,17 +307,7 @@ def propose(search: Search, remaining: int | None = None, per_config: int = 1) -
         if best is None or gain > best[0]:
             best = (gain, proposal)
     assert best is not None
-    if best[0] <= search.settings.min_gain:
-        local = local_check(search, pool)
-        if local is not None:
-            return local
-        return _stop(
-            search,
-            f"converged: no unmeasured config's upper bound ({search.settings.kappa:g} sd) beats the current "
-            f"winner of any objective by more than {search.settings.min_gain:.0%}, and every neighbour of each "
-            "winner was measured",
-        )
-    return best[1]
+    return best
 
 
 def _stop(search: Search, reason: str) -> Proposal | None:

@@ -51,6 +51,9 @@ DEFAULT_KAPPA = 2.0
 DEFAULT_MIN_GAIN = 0.01
 #: Restarts of the reference (the inventory's current config): two measure the between-restart noise.
 DEFAULT_REFERENCE_RESTARTS = 2
+#: The surrogate's candidates lie within this distance of the objective's winner so far (the surrogate's
+#: features scaled to the space's range, root mean square over them): :func:`repro_py.tune.proposals.trust_region`.
+DEFAULT_TRUST_RADIUS = 0.35
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +66,10 @@ class SearchSettings:
     kappa: float = DEFAULT_KAPPA
     min_gain: float = DEFAULT_MIN_GAIN
     reference_restarts: int = DEFAULT_REFERENCE_RESTARTS
+    #: None: bounds over the whole space, and ``surrogate_trend``: a linear trend in the surrogate (both the
+    #: previous release's search, which benchmarks/tune_vs_grid.py runs beside this one)
+    trust_radius: float | None = DEFAULT_TRUST_RADIUS
+    surrogate_trend: bool = False
 
     @property
     def final(self) -> Rung:

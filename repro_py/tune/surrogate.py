@@ -15,9 +15,10 @@ top-K at budget 8, and the acceptances of neighbouring trees; a model of
 tokens/s over (budget, top-K, acceptance) proposes configs that were never
 run. Each part is a Gaussian-process regression (squared-exponential kernel
 on log2 budget, log2 top-K, block, log2 of the draft-context share, a
-full-draft-cache flag, a chain flag; a linear trend in log2 budget / verify
-width; per-point noise from the pooled measurement noise of that part; one length-scale
-multiplier and the signal variance chosen by marginal likelihood) fitted to
+full-draft-cache flag, a chain flag; a constant mean, so that away from the
+measured configs the prediction returns to their mean and only the
+uncertainty grows; per-point noise from the pooled measurement noise of that
+part; one length-scale multiplier and the signal variance chosen by marginal likelihood) fitted to
 the log of the screened figures. The prediction for a config is the log
 tok/s mean and standard deviation; the search ranks unmeasured configs by
 their upper confidence bound.
@@ -110,10 +111,16 @@ def joint_features(spec: SpecConfig, context: int) -> list[float]:
 
 @dataclasses.dataclass
 class GaussianProcess:
-    """GP regression: linear trend in the first feature, squared-exponential kernel, per-point noise."""
+    """GP regression: a constant mean (the observations' own), squared-exponential kernel, per-point noise.
+
+    Far from every observation the prediction falls back to that mean with the full signal variance: a
+    trend fitted to a handful of points would carry a slope into settings nothing measured (a linear trend in
+    log2 budget predicted deep block-16 trees at twice what they measured)."""
 
     scale: float = 1.0
     signal: float = 1.0
+    #: also a linear trend in the first feature (the previous release's surrogate; benchmarks compare it)
+    trend: bool = False
     _x: Array | None = None
     _y: Array | None = None
     _noise: Array | None = None
@@ -121,9 +128,8 @@ class GaussianProcess:
     _chol: Array | None = None
     _beta: Array | None = None
 
-    @staticmethod
-    def _trend(x: Array) -> Array:
-        return np.column_stack([np.ones(len(x)), x[:, 0]])
+    def _trend(self, x: Array) -> Array:
+        return np.column_stack([np.ones(len(x)), x[:, 0]]) if self.trend else np.ones((len(x), 1))
 
     def _kernel(self, a: Array, b: Array) -> Array:
         d = (a[:, None, :] - b[None, :, :]) / self.scale
@@ -132,7 +138,11 @@ class GaussianProcess:
 
     def _fit_fixed(self, x: Array, y: Array, noise: Array) -> float:
         h = self._trend(x)
-        beta = np.asarray(np.linalg.lstsq(h, y, rcond=None)[0] if len(x) > 2 else [y.mean(), 0.0], dtype=np.float64)
+        beta = (
+            np.asarray(np.linalg.lstsq(h, y, rcond=None)[0] if len(x) > 2 else [y.mean(), 0.0], dtype=np.float64)
+            if self.trend
+            else np.array([float(y.mean())])
+        )
         resid = y - h @ beta
         k = self._kernel(x, x) + np.diag(noise + 1e-9)
         chol = np.asarray(np.linalg.cholesky(k), dtype=np.float64)
@@ -166,7 +176,7 @@ class GaussianProcess:
         if not len(xs):
             return self
         mean, _ = self.predict(xs)
-        out = GaussianProcess(scale=self.scale, signal=self.signal)
+        out = GaussianProcess(scale=self.scale, signal=self.signal, trend=self.trend)
         out._fit_fixed(np.vstack([self._x, xs]), np.concatenate([self._y, mean]),
                        np.concatenate([self._noise, np.full(len(xs), _BELIEVED_NOISE)]))  # fmt: skip
         return out
@@ -201,6 +211,7 @@ class Surrogate:
     concurrency: int
     mode: str = "unfitted"  # "acceptance/step" | "direct" | "unfitted"
     _parts: list[tuple[GaussianProcess, str]] = dataclasses.field(default_factory=list)
+    trend: bool = False  # GaussianProcess.trend
 
     def _x(self, specs: Sequence[SpecConfig], kind: str) -> Array:
         rows = {
@@ -232,13 +243,13 @@ class Surrogate:
             )
             noise_step = np.array([max(o.rel_se if o.step_rel_se is None else o.step_rel_se, 1e-3) ** 2 for o in obs])
             self._parts = [
-                (GaussianProcess().fit(self._x(specs, "accept"), log_acc, noise_acc), "accept"),
-                (GaussianProcess().fit(self._x(specs, "step"), log_step, noise_step), "step"),
+                (GaussianProcess(trend=self.trend).fit(self._x(specs, "accept"), log_acc, noise_acc), "accept"),
+                (GaussianProcess(trend=self.trend).fit(self._x(specs, "step"), log_step, noise_step), "step"),
             ]
             self.mode = "acceptance/step"
         else:
             log_tps = np.array([math.log(o.tps) for o in obs])
-            self._parts = [(GaussianProcess().fit(self._x(specs, "direct"), log_tps, noise), "direct")]
+            self._parts = [(GaussianProcess(trend=self.trend).fit(self._x(specs, "direct"), log_tps, noise), "direct")]
             self.mode = "direct"
         return self
 
@@ -248,7 +259,7 @@ class Surrogate:
         if not specs or not self._parts:
             return self
         parts = [(gp.believing(self._x(specs, kind)), kind) for gp, kind in self._parts]
-        return Surrogate(self.context, self.concurrency, self.mode, parts)
+        return Surrogate(self.context, self.concurrency, self.mode, parts, self.trend)
 
     @property
     def fitted(self) -> bool:

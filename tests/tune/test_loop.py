@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from repro_py import manifest
@@ -326,3 +327,45 @@ def test_either_is_a_sound_choice_only_when_the_difference_is_shown_to_be_small(
         tight, {"ddtree-b5-t1-w2048-bs8": [100.2, 100.0, 100.1], "ddtree-b6-t2-w2048-bs8": [100.1, 99.9, 100.0]}
     )
     assert close.startswith("within 2% of ddtree-b6-t2-w2048-bs8") and close.endswith("either is a sound choice")
+
+
+#: The benchmark's space A (benchmarks/tune_vs_grid.py): small budgets, top-K up to 4, block 8, windows 128/512/none,
+#: the DFlash chains; the inventory's current config b8-t4-w2048-bs8 joins it.
+SPACE_A: dict[str, Any] = {
+    "configs": [{"algorithm": "none"}, {"algorithm": "dflash", "block_size": 8, "window": "none"},
+                {"algorithm": "dflash", "block_size": 16, "window": "none"}],
+    "grid": {"algorithm": ["ddtree"], "budget": [3, 4, 5, 6, 8], "topk": [1, 2, 4], "block_size": [8],
+             "window": [128, 512, "none"]},
+}  # fmt: skip
+
+
+async def test_the_surrogate_searches_near_the_winner_so_far_and_finds_the_optimum(tmp_path: Path) -> None:
+    # Throughput at concurrency 32 over space A, 14 restarts (30% of its distinct configs, as the benchmark
+    # gives): bounds taken over the whole space spent the restarts on top-K 4 trees and the far corners and
+    # ended 5-6% below the model's optimum in 9 of 10 seeds; searching the winner's neighbourhood finds it
+    hits, loops = [], []
+    for seed in range(10):
+        measure = ModelMeasure(seed, cv_at_512=0.05, restart_cv=0.02)
+        loop = make_loop(tmp_path, SPACE_A, ("throughput",), measure=measure, budget=Budget(max_restarts=14),
+                         run=f"a-{seed}", lossless_mode="shared")  # fmt: skip
+        await loop.run()
+        truth = {c.label: true_tps(c, 60, 32) for c in loop.search.space.configs}
+        (winner,) = verdict.winners(loop.search)
+        assert winner.label is not None
+        hits.append(truth[winner.label] >= 0.98 * max(truth.values()))
+        loops.append(loop)
+    assert sum(hits) >= 8, hits
+    for loop in loops:
+        # after the initial design, each surrogate proposal names the region it was taken from
+        reasons = [r.proposal for r in loop.search.records.values() if r.proposal.startswith("surrogate")]
+        assert reasons and all("within" in why or "anywhere" in why for why in reasons)
+        # the region: every candidate within the radius of the winner so far, widened until one is inside
+        obj = loop.search.settings.objectives[0]
+        pool = [c for c in proposals.unmeasured(loop.search) if c.spec.algorithm != "none"]
+        inside, radius = proposals.trust_region(loop.search, obj, pool)
+        assert radius is not None and radius >= loop.search.settings.trust_radius and inside
+        best = next(rec for rec, _ in loop.search.ranked(obj) if rec.cfg.spec.algorithm != "none")
+        centre = proposals.scaled_features(loop.search, [best.cfg])[0]
+        dist = [float(np.sqrt(np.mean((row - centre) ** 2))) for row in proposals.scaled_features(loop.search, pool)]
+        assert {c.label for c, d in zip(pool, dist, strict=True) if d <= radius} == {c.label for c in inside}
+        assert radius == loop.search.settings.trust_radius or min(dist) > radius / 1.5

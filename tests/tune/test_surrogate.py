@@ -41,6 +41,19 @@ def test_gaussian_process_interpolates_and_is_unsure_far_away() -> None:
     assert sd[0] < 0.05 < sd[1]
 
 
+def test_gaussian_process_does_not_carry_a_slope_past_the_measured_points() -> None:
+    # log tok/s rising with log2 budget over budgets 2..8: far beyond them (budget 64) the prediction falls back
+    # towards the observations' mean, not along a trend line drawn through four points (which put deep trees at
+    # twice what they measured), and says it is unsure there
+    x = np.array([[1.0], [2.0], [2.5], [3.0]])
+    y = np.array([4.0, 4.3, 4.45, 4.6])
+    gp = GaussianProcess().fit(x, y, np.full(4, 1e-3))
+    mean, sd = gp.predict(np.array([[3.0], [6.0]]))
+    assert mean[0] == pytest.approx(4.6, abs=0.05)
+    assert mean[1] <= y.max()
+    assert sd[1] > 5 * sd[0]
+
+
 def _observations(n: int, seed: int) -> tuple[list[Observation], list]:
     space = load_space(make_target(hostvars={"tune_space": MEDIUM_SPACE}))
     configs = [c for c in space.configs if c.spec.algorithm != "none"]

@@ -1,0 +1,136 @@
+"""The tuner's search against the previous release's and random search, on the performance model, many seeds.
+
+Each run is the tuner's own loop (``repro_py.tune.loop.TuneLoop``: proposals, the
+racing ladder, the gates, the budget) measuring through ``tests/tune/fakes.py``'s
+``ModelMeasure``: no processes, each repeat drawn from the simulated engine's
+performance model with normal noise (``--cv`` per repeat at 512 tokens, ``--restart-cv``
+per restart). It answers in seconds what ``benchmarks/tune_vs_grid.py`` answers in an
+hour, and is the tool the search's settings were chosen with: the trust radius and the
+surrogate's constant mean on spaces A, B and C, seeds 0-19, at the default noise. A
+search tuned that way is judged on other spaces and seeds, and on a measured grid, by
+``tune_vs_grid.py`` (docs/tune.md).
+
+Per space and objective, side by side in one run on the same seeds:
+
+* **tuner**: this release's search (a trust region around the winner so far, a
+  surrogate with a constant mean);
+* **previous**: the previous release's (bounds over the whole space, a linear
+  trend in log2 budget);
+* **random**: as many configs as the tuner's budget less the restore, drawn without
+  replacement, each measured once with the same noise, the best measured winning.
+
+The budget is ``--budget-share`` of the space's configs that differ for the run plus
+the restore (the benchmark's rule); a hit is a winner whose model figure is within
+``--within`` of the model's best. Every figure is of the performance model (SIMULATED);
+none says anything about GPUs, nor about a real engine's landscape. Usage::
+
+    python benchmarks/tune_search_model.py [--spaces A,B,C] [--objectives single-stream,throughput]
+                                           [--seeds 20] [--first-seed 0] [--cv 0.05] [--restart-cv 0.02]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import math
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.tune_vs_grid import CURRENT, SPACES
+from repro_py.tune import proposals, verdict
+from repro_py.tune.budget import Budget
+from tests.tune.conftest import make_loop
+from tests.tune.fakes import ModelMeasure, true_tps
+
+CELLS = {"single-stream": (60, 1), "throughput": (60, 32)}
+
+
+def tuner_winner(
+    root: Path, space: dict[str, object], objective: str, seed: int, args: argparse.Namespace, *, previous: bool
+) -> tuple[str | None, int, int]:
+    """(winner, restarts made, budget) of one tuning run on the model."""
+    measure = ModelMeasure(seed, cv_at_512=args.cv, restart_cv=args.restart_cv)
+    probe = make_loop(root, space, (objective,), measure=measure, default=CURRENT, run=f"probe-{seed}",
+                      lossless_mode="shared")  # fmt: skip
+    distinct = len({proposals.equivalence_key(probe.search, c) for c in probe.search.space.configs})
+    budget = math.floor(args.budget_share * (distinct + 1))
+    loop = make_loop(root, space, (objective,), measure=measure, default=CURRENT, budget=Budget(max_restarts=budget),
+                     run=f"{'previous' if previous else 'tuner'}-{seed}", lossless_mode="shared")  # fmt: skip
+    if previous:
+        loop.search.settings = dataclasses.replace(loop.search.settings, trust_radius=None, surrogate_trend=True)
+    outcome = asyncio.run(loop.run())
+    (won,) = verdict.winners(loop.search)
+    return won.label, outcome.restarts, budget
+
+
+def random_winner(truth: dict[str, float], n: int, seed: int, args: argparse.Namespace) -> str:
+    rng = random.Random(f"random:{seed}")
+    drawn = rng.sample(sorted(truth), min(n, len(truth)))
+    per_repeat = args.cv / math.sqrt(3)  # three repeats at the full length
+    measured = {lb: truth[lb] * (1 + rng.gauss(0, args.restart_cv)) * (1 + rng.gauss(0, per_repeat)) for lb in drawn}
+    return max(measured, key=lambda lb: measured[lb])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--spaces", default="A,B,C", help=f"of benchmarks/tune_vs_grid.py: {', '.join(SPACES)}")
+    ap.add_argument("--objectives", default="single-stream,throughput")
+    ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--first-seed", type=int, default=0)
+    ap.add_argument("--cv", type=float, default=0.05, help="relative noise of one repeat at 512 tokens")
+    ap.add_argument("--restart-cv", type=float, default=0.02, help="relative offset of one restart")
+    ap.add_argument("--budget-share", type=float, default=0.30)
+    ap.add_argument("--within", type=float, default=0.02)
+    args = ap.parse_args(argv)
+    names = [s.strip() for s in args.spaces.split(",") if s.strip()]
+    unknown = [n for n in names if n not in SPACES]
+    if unknown:
+        ap.error(f"--spaces {','.join(unknown)} not known; allowed: {', '.join(SPACES)}")
+    objectives = [o.strip() for o in args.objectives.split(",") if o.strip()]
+    if bad := [o for o in objectives if o not in CELLS]:
+        ap.error(f"--objectives {','.join(bad)} not known; allowed: {', '.join(CELLS)}")
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    print(
+        f"SIMULATED (the performance model, no engine): noise {args.cv:.0%} per repeat, {args.restart_cv:.0%} per "
+        f"restart; seeds {seeds.start}..{seeds.stop - 1}; a hit: within {args.within:.0%} of the model's best"
+    )
+    print("| space | objective | budget | tuner | previous | random |")
+    print("|---|---|---:|---:|---:|---:|")
+    totals = {"tuner": 0, "previous": 0, "random": 0}
+    runs = 0
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            for objective in objectives:
+                hits = {"tuner": 0, "previous": 0, "random": 0}
+                budget = 0
+                for seed in seeds:
+                    root = Path(tmp) / f"{name}-{objective}-{seed}"
+                    root.mkdir()
+                    won, _, budget = tuner_winner(root, SPACES[name], objective, seed, args, previous=False)
+                    old, _, _ = tuner_winner(root, SPACES[name], objective, seed, args, previous=True)
+                    probe = make_loop(root, SPACES[name], (objective,), default=CURRENT, run="truth")
+                    truth = {c.label: true_tps(c, *CELLS[objective]) for c in probe.search.space.configs}
+                    best = max(truth.values())
+                    rand = random_winner(truth, budget - 1, seed, args)
+                    for arm, label in (("tuner", won), ("previous", old), ("random", rand)):
+                        hits[arm] += label is not None and truth[label] >= (1 - args.within) * best
+                n = len(seeds)
+                print(f"| {name} | {objective} | {budget} | {hits['tuner']}/{n} | {hits['previous']}/{n} | "
+                      f"{hits['random']}/{n} |", flush=True)  # fmt: skip
+                for arm in totals:
+                    totals[arm] += hits[arm]
+                runs += n
+    print(f"\nwithin {args.within:.0%} of the model's best: tuner {totals['tuner']}/{runs}, previous "
+          f"{totals['previous']}/{runs}, random {totals['random']}/{runs}; {time.monotonic() - t0:.0f} s")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
