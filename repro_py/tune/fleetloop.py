@@ -241,6 +241,12 @@ class FleetTuneLoop(FleetBook):
         stop = self.budget_stop(need=1)
         if stop is not None:
             return None, stop
+        for label in self.attempts:  # a config whose host was lost goes to a host that is left, before anything new
+            lost = self.search.space.by_label().get(label)
+            if lost is not None and label not in self.search.records:
+                need = self.need(lost)
+                stop = self.budget_stop(need=need) or self.host_stop(hs, need)
+                return (None, stop) if stop else (Proposal(lost, "proposed again: the host measuring it was lost"), "")
         self.search.stop_reason = None
         proposal = proposals.propose(self.search, self.remaining(), per_config)
         if proposal is None:
