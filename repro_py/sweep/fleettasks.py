@@ -57,6 +57,12 @@ class HostTasks:
         self.tasks = []
 
 
+def restore_tried(cause: str | None) -> bool:
+    """Whether a host that left the run for ``cause`` (None: it did not) is restarted into the default at the end:
+    every host but one whose lease is another run's now (an unreachable one is tried, and its own failure said)."""
+    return cause is None or not cause.startswith("host lease lost")
+
+
 async def restore_host(
     host: FleetHost, cfg: PlannedConfig | None, private_dir: Path, cancel: threading.Event, *, cause: str | None = None
 ) -> dict[str, Any]:
@@ -65,7 +71,7 @@ async def restore_host(
     not touched; an unreachable one is tried, and its own failure said)."""
     if cfg is None:
         return {"status": "not_configured", "reason": "the inventory has no sweep_default_config"}
-    if cause is not None and cause.startswith("host lease lost"):
+    if not restore_tried(cause):
         return {"status": "failed", "reason": f"not restored: {cause} (it is another run's now)"}
     try:
         done = await asyncio.to_thread(functools.partial(

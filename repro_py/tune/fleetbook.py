@@ -20,7 +20,7 @@ from repro_py.atomicio import write_json_atomic
 from repro_py.sweep.configrun import ConfigRun
 from repro_py.sweep.fleethosts import FleetHost
 from repro_py.sweep.fleetoffsets import DEFAULT_LIMIT, HostOffset
-from repro_py.sweep.fleettasks import HostTasks, release_host, restore_host, restore_said
+from repro_py.sweep.fleettasks import HostTasks, release_host, restore_host, restore_said, restore_tried
 from repro_py.sweep.state import HostRunDir, now_iso
 from repro_py.tune.book import TuneBook
 from repro_py.tune.budget import Budget
@@ -84,10 +84,11 @@ class FleetBook(TuneBook):
         return super().restarts_used() + sum(h.spent for h in self.hosts.values()) + extra
 
     def reserve(self) -> int:
-        """A final restore for every host that can still be restored."""
+        """A final restore for every host the end will try to restore: an unreachable host is tried too (only one
+        whose lease is another run's is not), so a host taken out keeps its restore set aside."""
         if not self.budget.restore or self.plan.default_config is None:
             return 0
-        return sum(1 for h in self.hosts.values() if h.status != EXCLUDED)
+        return sum(1 for h in self.hosts.values() if restore_tried(h.cause if h.status == EXCLUDED else None))
 
     def seconds_spent(self) -> float:
         """The hosts measure side by side: the run's own wall time, earlier sessions included."""

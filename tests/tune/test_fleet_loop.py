@@ -221,3 +221,33 @@ async def test_a_host_whose_restart_raises_is_taken_out_and_the_run_goes_on(tmp_
     assert loop.hosts["h2"].status == EXCLUDED
     assert loop.hosts["h2"].cause == "its worker raised RuntimeError: ansible-runner: the event stream broke"
     assert (winner := verdict.winners(loop.search)[0]).label is not None, winner.note
+
+
+async def test_a_lost_hosts_restore_is_still_set_aside_so_the_run_keeps_to_its_budget(tmp_path: Path) -> None:
+    """An unreachable host is still tried at the end (its own failure said), so its restore stays set aside after it
+    is taken out: with a budget that binds, every call on every host, the three restores included, keeps to it
+    (several budgets, as where the run's last config lands depends on which host asks first)."""
+    for budget in (15, 16, 17, 18):
+        recs = [SlowReconfigurer(delay=0.01), SlowReconfigurer(delay=0.01, lost_after=3), SlowReconfigurer(delay=0.01)]
+        loop = make_fleet_loop(tmp_path / str(budget), recs, measure=HostModelMeasure(3),
+                               budget=Budget(max_restarts=budget))  # fmt: skip
+        outcome = await asyncio.wait_for(loop.run(), timeout=120)
+
+        assert loop.hosts["h2"].status == EXCLUDED
+        assert recs[1].calls[-1] == CURRENT and recs[1].restores[-1] is True  # the lost host's restore was tried
+        assert outcome.stop_reason.startswith("restart budget reached"), outcome.stop_reason
+        assert outcome.restarts == sum(len(r.calls) for r in recs) <= budget, (budget, [r.calls for r in recs])
+        assert loop.reserve() == 3
+
+
+async def test_a_host_whose_lease_was_lost_is_not_touched_at_the_end_and_has_no_restore_set_aside(
+    tmp_path: Path,
+) -> None:
+    recs = [SlowReconfigurer(delay=0.01) for _ in range(3)]
+    loop = make_fleet_loop(tmp_path, recs, measure=HostModelMeasure(3), budget=Budget(max_restarts=12))
+    h2 = loop.hosts["h2"]
+    assert loop.reserve() == 3
+    h2.status, h2.cause = EXCLUDED, "unreachable: ssh: Connection refused"
+    assert loop.reserve() == 3
+    h2.cause = "host lease lost: another run holds it"
+    assert loop.reserve() == 2
