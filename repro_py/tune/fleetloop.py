@@ -117,7 +117,8 @@ class FleetTuneLoop(FleetBook):
         outcome.stop_reason = self.stop_reason or self.search.stop_reason or "nothing left to propose"
         self.write_progress()
         await self._restore_all()
-        outcome.restarts += sum(1 for h in self.hosts.values() if (h.restore or {}).get("status") in ("ok", "failed"))
+        # a restore that ran names its label (a host whose lease is another run's is not touched: no restart)
+        outcome.restarts += sum(1 for h in self.hosts.values() if "label" in (h.restore or {}))
         outcome.restore = self._restore_summary()
         outcome.interrupted = self.cancel.is_set()
         outcome.wall_s = time.monotonic() - self._t0

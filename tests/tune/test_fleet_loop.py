@@ -251,3 +251,23 @@ async def test_a_host_whose_lease_was_lost_is_not_touched_at_the_end_and_has_no_
     assert loop.reserve() == 3
     h2.cause = "host lease lost: another run holds it"
     assert loop.reserve() == 2
+
+
+class LeaseLostReconfigurer(SlowReconfigurer):
+    """From ``lost_after`` on, another run holds this host's lease: its restarts fail and :meth:`check` says so."""
+
+    def check(self) -> str | None:
+        return "host lease lost: another run holds it" if self.lost else None
+
+
+async def test_a_host_whose_lease_was_lost_counts_no_restore_it_did_not_make(tmp_path: Path) -> None:
+    recs = [SlowReconfigurer(delay=0.01), LeaseLostReconfigurer(delay=0.01, lost_after=3), SlowReconfigurer(delay=0.01)]
+    loop = make_fleet_loop(tmp_path, recs, measure=HostModelMeasure(3), budget=Budget(max_restarts=16))
+    outcome = await asyncio.wait_for(loop.run(), timeout=120)
+
+    h2 = loop.hosts["h2"]
+    assert h2.status == EXCLUDED and h2.cause is not None and h2.cause.startswith("host lease lost")
+    assert recs[1].restores[-1] is False  # the end did not touch it
+    assert outcome.restore is not None and outcome.restore["hosts"]["h2"]["status"] == "failed"
+    assert "another run's now" in outcome.restore["hosts"]["h2"]["reason"]
+    assert outcome.restarts == sum(len(r.calls) for r in recs) <= 16, (outcome.restarts, [r.calls for r in recs])
