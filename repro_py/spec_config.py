@@ -256,13 +256,38 @@ def _parse_block(
     if bs not in BLOCK_SIZES:
         problems.append(f"block_size={bs} is not allowed; allowed: {', '.join(map(str, BLOCK_SIZES))}")
         return None
-    if drafter_block_size is not None and bs != drafter_block_size and not allow_block_mismatch:
-        problems.append(
-            f"block_size={bs} differs from the drafter's trained block size {drafter_block_size} "
-            "(config.json); the drafter is out of distribution beyond its trained block. "
-            "Set allow_block_mismatch=true to run it anyway"
-        )
+    mismatch = block_mismatch(bs, drafter_block_size, allow_block_mismatch)
+    if mismatch:
+        problems.append(mismatch)
     return bs
+
+
+def block_mismatch(block_size: int | None, drafter_block_size: int | None, allow_block_mismatch: bool) -> str | None:
+    """Why ``block_size`` is refused beside the drafter's trained block size, or None (same size, either unknown,
+    or a mismatch allowed)."""
+    if block_size is None or drafter_block_size is None or block_size == drafter_block_size or allow_block_mismatch:
+        return None
+    return (
+        f"block_size={block_size} differs from the drafter's trained block size {drafter_block_size} "
+        "(config.json); the drafter is out of distribution beyond its trained block. "
+        "Set allow_block_mismatch=true to run it anyway"
+    )
+
+
+def drafter_block_size(drafter_config: Mapping[str, object]) -> int | None:
+    """The drafter's trained block size from its config.json, read as sglang 0.5.23 reads it (speculative/
+    dflash_utils.py parse_dflash_draft_config): ``dflash_config.block_size``, else a top-level ``block_size``;
+    None when neither is there. Raises SpecConfigError for a value that is not an integer >= 1."""
+    dflash = drafter_config.get("dflash_config")
+    if isinstance(dflash, Mapping) and "block_size" in dflash:
+        raw, where = dflash["block_size"], "dflash_config.block_size"
+    else:
+        raw, where = drafter_config.get("block_size"), "block_size"
+    if raw is None:
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
+        raise SpecConfigError([f"{where}={raw!r} in the drafter's config.json must be an integer >= 1"])
+    return raw
 
 
 def _parse_budget(value: object, algorithm: str, problems: list[str]) -> int | None:

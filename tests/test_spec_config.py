@@ -121,3 +121,25 @@ def test_validate_drops_what_field_algorithms_says(monkeypatch: pytest.MonkeyPat
         "--speculative-algorithm", "DFLASH", "--speculative-dflash-block-size", "16",
     ]  # fmt: skip
     assert spec_config.expected_echo(chain)["speculative_draft_window_size"] is None
+
+
+def test_the_drafters_block_size_is_read_as_sglang_reads_it() -> None:
+    # sglang 0.5.23's parse_dflash_draft_config: dflash_config.block_size first, then a top-level block_size.
+    both = {"block_size": 16, "dflash_config": {"block_size": 8}}
+    assert spec_config.drafter_block_size(both) == 8
+    assert spec_config.drafter_block_size({"block_size": 16, "dflash_config": {"mask_token_id": 1}}) == 16
+    assert spec_config.drafter_block_size({"architectures": ["DFlashDraftModel"]}) is None
+    for bad, where in (({"dflash_config": {"block_size": "8"}}, "dflash_config.block_size='8'"),
+                       ({"block_size": True}, "block_size=True"), ({"block_size": 0}, "block_size=0")):
+        with pytest.raises(SpecConfigError) as exc:
+            spec_config.drafter_block_size(bad)
+        assert f"{where} in the drafter's config.json must be an integer >= 1" in str(exc.value)
+
+
+def test_block_mismatch_names_both_sizes_and_the_way_out() -> None:
+    assert spec_config.block_mismatch(8, 8, False) is None
+    assert spec_config.block_mismatch(16, None, False) is None
+    assert spec_config.block_mismatch(16, 8, True) is None
+    msg = spec_config.block_mismatch(16, 8, False)
+    assert msg and "block_size=16 differs from the drafter's trained block size 8" in msg
+    assert "allow_block_mismatch=true" in msg

@@ -21,8 +21,6 @@ Arguments (all optional):
               (``spec_config.dropped_keys``: the DDTree keys for
               ``algorithm=dflash``, every speculative key for ``algorithm=none``)
               are dropped from here: they are defaults, not a request.
-``drafter_block_size``   block size read from the drafter's config.json.
-``allow_block_mismatch`` a real boolean.
 ``drafter_path``         draft model path for the engine flags.
 ``integers``  ``{name: {value, min, max}}`` further integer inputs (ports,
               parallel sizes); decimal strings are accepted, booleans refused.
@@ -55,9 +53,11 @@ from __future__ import annotations
 import ipaddress
 
 from ansible.plugins.action import ActionBase
-from ansible_collections.ddtree.sglang.plugins.plugin_utils.contract import LazyRepro
+from ansible_collections.ddtree.sglang.plugins.plugin_utils.contract import LazyRepro, plain
 
 spec_config = LazyRepro("repro_py.spec_config")
+ARGUMENTS = ("read_vars", "explicit", "config", "drafter_path", "integers", "booleans", "choices", "engine_choices",
+             "exposure", "faults")
 sglang_choices = LazyRepro("repro_py.simengine.sglang_choices")
 
 
@@ -68,23 +68,6 @@ def engine_choices() -> dict[str, tuple[str, ...]]:
         "tool_call_parser": sglang_choices.TOOL_CALL_PARSERS,
         "reasoning_parser": sglang_choices.REASONING_PARSERS,
     }
-
-
-def plain(value: object) -> object:
-    """Strip ansible-core's tagged subclasses (2.19+) so messages name plain types."""
-    if value is None or isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        return str(value)
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    if isinstance(value, dict):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    return value
 
 
 def _given(value: object) -> bool:
@@ -188,34 +171,19 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         args = {str(k): plain(v) for k, v in self._task.args.items()}
         problems: list[str] = []
+        unknown = sorted(set(args) - set(ARGUMENTS))
+        if unknown:
+            msg = f"ddtree_validate: unknown argument(s) {', '.join(unknown)}; allowed: {', '.join(ARGUMENTS)}"
+            return {**result, "failed": True, "msg": msg}
 
         short_keys = self._short_keys(args, task_vars or {})
         if isinstance(short_keys, str):
             return {**result, "failed": True, "msg": f"ddtree_validate: {short_keys}"}
         explicit, config = short_keys
 
-        allow = args.get("allow_block_mismatch", False)
-        allow_bool, err = spec_config.parse_bool("allow_block_mismatch", allow)
-        if err:
-            problems.append(err)
-            allow_bool = False
-
-        drafter_bs_raw = args.get("drafter_block_size")
-        drafter_bs: int | None = None
-        if drafter_bs_raw is not None:
-            drafter_bs, err = spec_config.parse_int(
-                "drafter block_size (config.json)", drafter_bs_raw, minimum=1, maximum=1024
-            )
-            if err:
-                problems.append(err)
-
         cfg = None
         try:
-            cfg = spec_config.validate(
-                merge_short_keys(explicit, config),
-                drafter_block_size=drafter_bs,
-                allow_block_mismatch=bool(allow_bool),
-            )
+            cfg = spec_config.validate(merge_short_keys(explicit, config))
         except spec_config.SpecConfigError as exc:
             problems.extend(exc.problems)
 

@@ -34,11 +34,6 @@ options:
         dropped from here; they are defaults, not a request.
     type: dict
     default: {}
-  drafter_block_size: {description: "The block size read from the drafter's C(config.json) (1 to 1024).", type: int}
-  allow_block_mismatch:
-    description: Accept a block size the drafter was not trained at. Must be a real boolean.
-    type: bool
-    default: false
   drafter_path: {description: The draft model's path for the engine flags., type: str}
   integers:
     description: "Further integer inputs (ports, parallel sizes) as C({name: {value, min, max}}); decimal strings are
@@ -83,11 +78,6 @@ EXAMPLES = r"""
       host: "{{ sglang_service_host }}"
       api_key_set: "{{ sglang_service_api_key | length > 0 }}"
   register: validated
-
-- name: Refuse a block size the drafter was not trained at (unless allowed)
-  ddtree.sglang.ddtree_validate:
-    config: "{{ validated.config }}"
-    drafter_block_size: 16
 """
 
 RETURN = r"""

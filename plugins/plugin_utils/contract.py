@@ -44,3 +44,20 @@ class LazyRepro:
         if self._module is None:
             self._module = require_repro_py(self._name)
         return getattr(self._module, attr)
+
+
+def plain(value: object) -> object:
+    """Strip ansible-core's tagged subclasses (2.19+) so messages name plain types."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value

@@ -54,10 +54,11 @@ Outcome = Literal["passed", "assertion_failed", "exception", "timeout", "output_
 ISOLATIONS = ("bwrap", "namespaces", "none")
 ISOLATING = ("bwrap", "namespaces")
 BUILTIN_NAMES = frozenset(dir(builtins))
-# The sandbox's "CPU limit reached" (its SIGXCPU handler) is believed once the kernel's own count, read from
-# /proc or wait4 in clock ticks and behind the signal on a loaded machine (0.82 s read at a 1 s limit's SIGXCPU with
-# two test workers on two cores), has reached this share of the limit; a candidate that raises the sandbox's
-# exception itself before that is judged an exception, past it a timeout: either way it fails.
+# The sandbox's "CPU limit reached" (its SIGXCPU handler) is believed when RLIMIT_CPU's own count (the process's
+# CPUCLOCK_PROF clock, read while it lives) has reached the limit; a candidate that raises the sandbox's exception
+# itself is judged an exception, one that ran into the limit a timeout: either way it fails. A sandbox that has
+# ended is judged by the most that count was seen at, or else by the exact CPU time wait4 and /proc report, which
+# trails the tick-charged count on a loaded machine (0.80 s at a 1 s limit's SIGXCPU): from this share of the limit.
 CPU_BELIEVED_SHARE = 0.8
 
 
@@ -247,12 +248,13 @@ def run_candidate(
             outcome, detail = "assertion_failed", f"AssertionError: {exc}".rstrip(": ")
         except CandidateRaised as exc:
             outcome, detail = "exception", str(exc)
-            if exc.kind == "CPULimitExceeded":  # said by the sandbox: believed only if the kernel agrees
-                cpu = session.cpu_seconds(rescan=True)
-                if _cpu_timeout(cpu, limits):
-                    outcome, detail = "timeout", f"CPU limit {limits.cpu_s}s exceeded ({cpu:.2f}s used)"
+            if exc.kind == "CPULimitExceeded":  # said by the sandbox: believed only if the kernel's count agrees
+                charged = session.charged_now()
+                if charged >= limits.cpu_s:
+                    outcome, detail = "timeout", f"CPU limit {limits.cpu_s}s exceeded ({charged:.2f}s charged)"
                 else:
-                    detail += f" (the candidate's own: {cpu:.2f}s of CPU used, the limit is {limits.cpu_s}s)"
+                    detail += (f" (the candidate's own: the kernel charged {charged:.2f}s of CPU, "
+                               f"the limit is {limits.cpu_s}s)")
         except TimeoutError:
             outcome, detail = "timeout", f"no result within {limits.timeout_s:g}s wall time (killed)"
         except SandboxGone as exc:
@@ -267,7 +269,7 @@ def run_candidate(
         sig = _signal_of(rc)
         if session.over.is_set():
             outcome, detail = "output_limit", f"printed more than {limits.output_kb} KiB (killed)"
-        elif ended_itself and _cpu_timeout(session.cpu_used(), limits):
+        elif ended_itself and (session.charged_seen >= limits.cpu_s or _cpu_timeout(session.cpu_used(), limits)):
             killed = sig in (signal.SIGXCPU, signal.SIGKILL)
             how = f"killed by {signal.Signals(sig).name}" if killed and sig else f"ended (exit status {rc})"
             outcome, detail = "timeout", f"{how} at the CPU limit {limits.cpu_s}s ({session.cpu_used():.2f}s used)"

@@ -1,10 +1,11 @@
 """One sandbox process seen from the judge: its pipes, its output caps, its CPU time, its end.
 
 ``sandbox.run_candidate`` starts one :class:`Session` per candidate. The CPU time a
-verdict of ``timeout`` rests on is read from the kernel (``/proc/<pid>/stat`` of
-the sandbox's processes while they live, the ``wait4`` resource usage of the
-sandbox once it has ended), never from what the sandbox says: the candidate runs
-in that process and can raise or print anything, exit with any status.
+verdict of ``timeout`` rests on is read from the kernel (the CPU clock RLIMIT_CPU
+is checked against and ``/proc/<pid>`` of the sandbox's processes while they live,
+the ``wait4`` resource usage of the sandbox once it has ended), never from what the
+sandbox says: the candidate runs in that process and can raise or print anything,
+exit with any status.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ CHILD_SOURCE = Path(__file__).with_name("sandbox_child.py")
 MAX_REPLY = 16 * 1024 * 1024
 PROCESS_ENDED = "the sandbox's process ended"
 _TICK = os.sysconf("SC_CLK_TCK")
+_CPUCLOCK_PROF = 0  # linux/posix-timers.h: the clock RLIMIT_CPU is checked against
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +83,7 @@ class Session:
         self.isolation = iso.describe(kind, self.launch.uid)
         self.cpu_at_end: float | None = None  # the kernel's count, from wait4, once it has ended
         self.cpu_seen = 0.0  # the most the kernel counted for its live processes while the judge waited
+        self.charged_seen = 0.0  # the most RLIMIT_CPU's own count charged one of them while the judge waited
         self._pids: list[int] = []
         self._scanned = 0.0
         req_r, self.req_w = os.pipe()
@@ -150,7 +153,19 @@ class Session:
             self._pids, self._scanned = process_tree(self.proc.pid), now
         cpu = sum(_cpu_of(pid) for pid in self._pids)
         self.cpu_seen = max(self.cpu_seen, cpu)
+        self.charged_seen = max(self.charged_seen, self._charged())
         return cpu
+
+    def charged_now(self) -> float:
+        """The most CPU time RLIMIT_CPU's own count charges any of the sandbox's live processes now (see
+        :func:`charged_cpu`; the limit is per process), rescanning the process list; also kept in ``charged_seen``."""
+        self._pids, self._scanned = process_tree(self.proc.pid), time.monotonic()
+        charged = self._charged()
+        self.charged_seen = max(self.charged_seen, charged)
+        return charged
+
+    def _charged(self) -> float:
+        return max((charged_cpu(pid) for pid in self._pids), default=0.0)
 
     def cpu_used(self) -> float:
         """The CPU time of the whole run: the kernel's count at the end (wait4: the launcher and the processes
@@ -224,6 +239,20 @@ def uid_of(entry: Path) -> int | None:
         if line.startswith("Uid:"):
             return int(line.split()[1])
     return None
+
+
+def charged_cpu(pid: int) -> float:
+    """The CPU time the kernel checks ``pid``'s RLIMIT_CPU against (its SIGXCPU and SIGKILL come from this count),
+    0.0 once it is gone.
+
+    That is the process's CPUCLOCK_PROF clock: user + system time as the scheduler tick charges it. ``/proc``,
+    ``schedstat`` and ``wait4`` report the runtime scaled to the exact scheduler count instead, which on a loaded
+    machine trails the tick's charge (0.80 s read at a 1 s limit's SIGXCPU), so they cannot say whether the limit
+    was really reached."""
+    try:
+        return time.clock_gettime((~pid << 3) | _CPUCLOCK_PROF)  # MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_PROF)
+    except OSError:  # gone (EINVAL)
+        return 0.0
 
 
 def _stat_fields(pid: int) -> list[str] | None:

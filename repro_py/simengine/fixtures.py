@@ -12,6 +12,7 @@ import json
 import sys
 from pathlib import Path
 
+from repro_py.atomicio import write_text_atomic
 from repro_py.exitcodes import ExitCode
 
 SIM_NOTE = "SIMULATED model directory for repro_py.simengine; it holds no weights"
@@ -49,8 +50,9 @@ def write_model_dirs(root: str | Path, *, drafter_block_size: int = 8, context_l
             "mask_token_id": 163838,
         },
     }
-    (target / "config.json").write_text(json.dumps(target_cfg, indent=2) + "\n", encoding="utf-8")
-    (drafter / "config.json").write_text(json.dumps(drafter_cfg, indent=2) + "\n", encoding="utf-8")
+    # Atomic: engines sharing a root read these files while a later engine's start rewrites them.
+    write_text_atomic(target / "config.json", json.dumps(target_cfg, indent=2) + "\n")
+    write_text_atomic(drafter / "config.json", json.dumps(drafter_cfg, indent=2) + "\n")
     return {"model_path": str(target), "draft_model_path": str(drafter)}
 
 

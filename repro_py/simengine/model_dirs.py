@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from repro_py import spec_config
+
 
 class CliError(Exception):
     """A refused command line; the message names the flag and the value."""
@@ -28,14 +30,9 @@ def read_config(path: str, flag: str) -> dict[str, Any]:
 
 
 def drafter_block_size_of(config: dict[str, Any], path: str) -> int | None:
-    """The trained block size, read as sglang 0.5.23 reads it: ``dflash_config.block_size``,
-    else a top-level ``block_size`` (speculative/dflash_utils.py parse_dflash_draft_config)."""
-    dflash = config.get("dflash_config")
-    raw = dflash.get("block_size") if isinstance(dflash, dict) and "block_size" in dflash else config.get("block_size")
-    if raw is None:
-        return None
-    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
-        raise CliError(
-            f"--speculative-draft-model-path {path!r}: DFLASH block_size={raw!r} in config.json must be an integer >= 1"
-        )
-    return raw
+    """The trained block size (``spec_config.drafter_block_size``: as sglang 0.5.23 reads it); a bad value is a
+    CliError naming the flag and the path."""
+    try:
+        return spec_config.drafter_block_size(config)
+    except spec_config.SpecConfigError as exc:
+        raise CliError(f"--speculative-draft-model-path {path!r}: {exc}") from exc

@@ -34,6 +34,11 @@ from repro_py.simengine.fixtures import write_model_dirs
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+class EngineError(RuntimeError):
+    """The engine process did not do what was waited for (exited, did not listen or become ready in time, or
+    answered an error): the message names the wait or the request and carries the engine's log."""
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -95,11 +100,11 @@ class Engine:
     def get_json(self, path: str) -> Any:
         status, body, _ = self.get(path)
         if status != 200:
-            raise AssertionError(f"GET {path}: HTTP {status}: {body[:300]!r}")
+            raise EngineError(f"GET {path}: HTTP {status}: {body[:300]!r}")
         return json.loads(body)
 
     def wait_listening(self, timeout: float = 30.0) -> None:
-        self._wait(self.listening, timeout, "to listen")
+        self._wait(self.listening, timeout, "listen")
 
     def wait_ready(self, timeout: float = 30.0) -> None:
         def ready() -> bool:
@@ -108,7 +113,7 @@ class Engine:
             except OSError:
                 return False
 
-        self._wait(ready, timeout, "to become ready")
+        self._wait(ready, timeout, "become ready")
 
     def _wait(self, cond: Any, timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
@@ -116,9 +121,9 @@ class Engine:
             if cond():
                 return
             if self.proc.poll() is not None:
-                raise AssertionError(f"engine exited with {self.proc.returncode} before {what}:\n{self.log()}")
+                raise EngineError(f"engine exited with {self.proc.returncode} before it could {what}:\n{self.log()}")
             time.sleep(0.05)
-        raise AssertionError(f"engine did not {what} within {timeout} s:\n{self.log()}")
+        raise EngineError(f"engine did not {what} within {timeout} s:\n{self.log()}")
 
     def signal(self, sig: int = signal.SIGTERM) -> None:
         if self.proc.poll() is None:

@@ -8,10 +8,14 @@ work here is skipped with the reason. The attacks from inside are the probes of
 from __future__ import annotations
 
 import os
+import resource
+import signal
+import time
 from pathlib import Path
 
 import pytest
 
+from repro_py.codeeval import sandbox_session
 from repro_py.codeeval.sandbox import (
     SandboxLimits,
     SandboxResult,
@@ -94,3 +98,58 @@ def test_the_sandbox_s_cpu_limit_is_believed_when_the_kernel_s_count_lags_behind
     assert _cpu_timeout(0.82, limits)
     assert not _cpu_timeout(0.1, limits)  # a candidate raising the sandbox's exception itself, early
     assert not _cpu_timeout(None, limits)
+
+
+def test_the_cpu_limit_is_believed_from_the_count_the_kernel_checks_not_the_exact_one_that_trails_it(
+    kind: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A CI run judged a CPU burn an exception: at the 1 s limit's SIGXCPU /proc read 0.80 s (the exact scheduler
+    count, which trails the tick-charged count RLIMIT_CPU is checked against on a loaded machine). Here /proc is
+    made to trail by that much on any machine; the verdict must not move."""
+    exact = sandbox_session._cpu_of
+    monkeypatch.setattr(sandbox_session, "_cpu_of", lambda pid: exact(pid) * 0.79)
+    burn = run("def f(x):\n    while True:\n        pass\n", "assert f(1) == 1\n", kind,
+               SandboxLimits(timeout_s=15.0, cpu_s=1, memory_mb=256))
+    assert burn.outcome == "timeout", burn
+    assert "CPU limit 1s exceeded" in burn.detail, burn.detail
+
+
+def test_a_candidate_that_burns_most_of_the_limit_and_then_raises_the_sandbox_s_exception_is_not_believed(
+    kind: str,
+) -> None:
+    """85% of a 1 s limit burned by the count the limit is checked against (the candidate's own CPUCLOCK_PROF
+    clock, -8: MAKE_PROCESS_CPUCLOCK(0, CPUCLOCK_PROF)), then the sandbox's own CPULimitExceeded raised by the
+    candidate: the kernel's count is below the limit, so this is the candidate's exception (a share of the
+    limit believed it)."""
+    code = ("import time\nimport sys\ndef f(x):\n    while time.clock_gettime(-8) < 0.85:\n        pass\n"
+            "    raise sys.modules['__main__'].CPULimitExceeded('spoof')\n")
+    spoof = run(code, "assert f(1) == 1\n", kind, SandboxLimits(timeout_s=15.0, cpu_s=1, memory_mb=256))
+    assert spoof.outcome == "exception", spoof
+    assert "CPULimitExceeded: spoof" in spoof.detail and "the candidate's own" in spoof.detail, spoof.detail
+
+
+def test_charged_cpu_reads_the_count_that_sends_sigxcpu() -> None:
+    """A child spins under RLIMIT_CPU = 1 s: when its SIGXCPU arrives, charged_cpu says at least 1 s."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: spin until the kernel's soft limit, say so, wait to be read
+        os.close(read)
+
+        def said(signum: int, frame: object) -> None:
+            os.write(write, b"x")
+            time.sleep(5)
+            os._exit(0)
+
+        signal.signal(signal.SIGXCPU, said)
+        resource.setrlimit(resource.RLIMIT_CPU, (1, 3))
+        while True:
+            pass
+    os.close(write)
+    try:
+        assert os.read(read, 1) == b"x"
+        assert sandbox_session.charged_cpu(pid) >= 1.0
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(read)
+    assert sandbox_session.charged_cpu(pid) == 0.0  # gone

@@ -6,7 +6,7 @@ import pytest
 import yaml
 from conftest import ROOT
 
-ROLES = sorted(p.name for p in (ROOT / "roles").iterdir() if (p / "tasks" / "main.yml").exists())
+from tests.playbook_tasks import ROLES
 
 
 @pytest.mark.parametrize("role", ROLES)
@@ -24,7 +24,7 @@ def test_every_default_is_specified(role):
         assert spec.get("default") == value, f"{role}: {name} default {spec.get('default')!r} != {value!r}"
 
 
-@pytest.mark.parametrize("role", ["preflight", "sglang_service"])
+@pytest.mark.parametrize("role", ["ddtree_defaults", "preflight", "sglang_service"])
 def test_readme_lists_every_variable(role):
     readme = (ROOT / "roles" / role / "README.md").read_text()
     defaults = yaml.safe_load((ROOT / "roles" / role / "defaults" / "main.yml").read_text())

@@ -54,10 +54,13 @@ def test_site_yml_installs_nothing_before_the_lease() -> None:
     play = out.split("play #2")[1]
     tasks = [line.strip() for line in play.splitlines() if "TAGS:" in line and not line.strip().startswith("(all)")]
     role = "ddtree.sglang.sglang_service :"
-    # the lease entry point's argument spec is checked first (on the controller), then the lease is taken
-    assert tasks[0].startswith(f"{role} Validating arguments against arg spec 'lease'"), tasks[:3]
-    assert tasks[1].startswith(f"{role} Name this run's controller process, the lease holder"), tasks[:3]
+    # the shared defaults' and the lease entry point's argument specs are checked first (on the controller), then
+    # the lease is taken
+    shared = "ddtree.sglang.ddtree_defaults : Validating arguments against arg spec 'main'"
+    assert tasks[0].startswith(shared), tasks[:3]
+    assert tasks[1].startswith(f"{role} Validating arguments against arg spec 'lease'"), tasks[:3]
+    assert tasks[2].startswith(f"{role} Name this run's controller process, the lease holder"), tasks[:3]
     lease_at = next(i for i, t in enumerate(tasks) if t.startswith(f"{role} Take the host lease"))
-    before = tasks[:lease_at]
+    before = tasks[1:lease_at]
     assert all(t.startswith(role) for t in before), before
     assert any(t.startswith("ddtree.sglang.python_env :") for t in tasks[lease_at:])

@@ -18,6 +18,7 @@ leaves the inventory's configuration serving.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -341,6 +342,37 @@ def test_a_taken_port_is_refused_before_the_healthy_server_is_stopped(tmp_path: 
     assert rc != 0 and report["status"] == "refused", " ".join(out.split())[-2500:]
     assert f"port {SPARE_PORT} is held by another listener, not by this service" in report["failure"]["reason"]
     assert f'pid={pid}' in report["failure"]["reason"]
+    assert unit()["InvocationID"] == before["InvocationID"] and serving()
+
+
+@contextlib.contextmanager
+def drafter_config(change: dict[str, Any]) -> Iterator[None]:
+    """Edit the test host's drafter config.json (inventory/local's drafter path) for the duration of a block."""
+    path = LOCAL["sglang_service_drafter_path"] + "/config.json"
+    original = sh("cat", path).stdout
+
+    def write(text: str) -> None:
+        sh("sh", "-c", f"printf %s {base64.b64encode(text.encode()).decode()} | base64 -d > {path}")
+
+    write(json.dumps({**json.loads(original), **change}, indent=2) + "\n")
+    try:
+        yield
+    finally:
+        write(original)
+
+
+def test_a_block_size_the_drafter_was_not_trained_at_is_refused_as_sglang_reads_it(tmp_path: Path):
+    # sglang 0.5.23 takes dflash_config.block_size before a top-level block_size (parse_dflash_draft_config):
+    # this drafter was trained at 8 whatever the top level says, so block_size=16 is a mismatch, and 8 is not.
+    before = unit()
+    with drafter_config({"block_size": 16, "dflash_config": {"block_size": 8, "target_layer_ids": [1, 15, 29, 43, 57],
+                                                             "mask_token_id": 163838}}):
+        rc, _, out = reconfigure(tmp_path, "--check", "-e", "block_size=8", name="block-8")
+        assert rc == 0, " ".join(out.split())[-2500:]
+        rc, _, out = reconfigure(tmp_path, "-e", "block_size=16", name="block-16")
+    flat = " ".join(out.split())
+    assert rc != 0, flat[-2500:]
+    assert "config.json: block_size=16 differs from the drafter's trained block size 8" in flat, flat[-2500:]
     assert unit()["InvocationID"] == before["InvocationID"] and serving()
 
 

@@ -8,11 +8,12 @@ fails the task at run time with "Unsupported parameters ... register", which onl
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
 from conftest import ROOT
+
+from tests.playbook_tasks import TASK_LISTS, tasks
 
 #: Task keywords that no module used here takes as an argument (``name``, ``timeout``, ``delay``,
 #: ``environment`` and ``tags`` are left out: modules take arguments of those names).
@@ -20,28 +21,17 @@ KEYWORDS = frozenset({
     "register", "when", "loop", "loop_control", "changed_when", "failed_when", "until", "retries", "async", "poll",
     "notify", "no_log", "ignore_errors", "become", "become_user", "delegate_to", "run_once", "check_mode", "listen",
 })  # fmt: skip
-BLOCKS = ("block", "rescue", "always", "tasks", "pre_tasks", "post_tasks", "handlers")
 FILES = sorted(
     [*ROOT.glob("roles/*/tasks/*.yml"), *ROOT.glob("roles/*/handlers/*.yml"), *ROOT.glob("playbooks/*.yml"),
      *ROOT.glob("molecule/*/*.yml"), ROOT / "site.yml"]
 )  # fmt: skip
 
 
-def _tasks(node: object) -> Iterator[dict[str, object]]:
-    if isinstance(node, list):
-        for item in node:
-            yield from _tasks(item)
-    elif isinstance(node, dict):
-        yield node
-        for key in BLOCKS:
-            yield from _tasks(node.get(key))
-
-
 def misplaced(path: Path) -> list[str]:
     found = []
-    for task in _tasks(yaml.safe_load(path.read_text())):
+    for task in tasks(yaml.safe_load(path.read_text())):
         for key, value in task.items():
-            if key in BLOCKS or key == "vars" or not isinstance(value, dict):
+            if key in TASK_LISTS or key == "vars" or not isinstance(value, dict):
                 continue
             wrong = sorted(KEYWORDS & value.keys())
             if wrong:

@@ -11,10 +11,12 @@ Needs SGLANG_TESTHOST=1 and the fleet deployed (``make fleet-deploy``).
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.fleet.hosts import ENV, HOSTS, INVENTORY, ROOT, TESTHOST
@@ -23,6 +25,25 @@ pytestmark = TESTHOST
 CURRENT = "ddtree-b8-t4-w2048-bs8"
 SPACE = {"configs": [{"algorithm": "none"}],
          "grid": {"algorithm": ["ddtree"], "budget": [4, 8, 12], "topk": [1, 4], "window": [2048]}}  # fmt: skip
+
+
+def run_showing_stacks_if_hung(cmd: list[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
+    """Run ``cmd`` (a Python program); past ``timeout_s`` it gets SIGABRT before it is killed, and Python's fault
+    handler prints every thread's stack into the failure: a hung run says where it hung."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, env={**ENV, "PYTHONFAULTHANDLER": "1"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        pytest.fail(f"{' '.join(cmd[1:4])} still ran after {timeout_s:g} s; its last output and every thread's "
+                    f"stack at SIGABRT:\n{out[-3000:]}\n{err[-12000:]}")  # fmt: skip
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def test_the_tuner_measures_on_three_hosts_side_by_side_and_restores_each(tmp_path: Path) -> None:
@@ -35,7 +56,7 @@ def test_the_tuner_measures_on_three_hosts_side_by_side_and_restores_each(tmp_pa
            "--repeats", "2", "--no-write",
            # the stand-in hosts share this machine's two cores: their offsets are load, not hardware
            "--host-offset-limit", "0.5"]  # fmt: skip
-    done = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=1500, check=False)
+    done = run_showing_stacks_if_hung(cmd, 1500)
     text = done.stdout + done.stderr
     print(text[-6000:])
     assert done.returncode == 0, text[-4000:]

@@ -19,9 +19,10 @@ from typing import Any
 
 import yaml
 
+from tests.playbook_tasks import ROLES
+
 ROOT = Path(__file__).resolve().parents[2]
 PREFIX = "ddtree.sglang."
-ROLES = sorted(p.name for p in (ROOT / "roles").iterdir() if (p / "tasks").is_dir())
 MODULES = sorted(p.stem for p in (ROOT / "plugins" / "modules").glob("*.py")) + sorted(
     p.stem for p in (ROOT / "plugins" / "action").glob("*.py")
 )

@@ -12,6 +12,8 @@ from typing import Any
 
 import yaml
 
+from tests.playbook_tasks import tasks
+
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = ROOT / "roles" / "sglang_service" / "tasks"
 WAITS = ("ddtree.sglang.sglang_stop_wait", "ddtree.sglang.sglang_wait_ready")
@@ -19,18 +21,8 @@ WAITS = ("ddtree.sglang.sglang_stop_wait", "ddtree.sglang.sglang_wait_ready")
 COVERED = ("service.yml", "rollback.yml")
 
 
-def _tasks(node: Any) -> Iterator[dict[str, Any]]:
-    if isinstance(node, list):
-        for item in node:
-            yield from _tasks(item)
-    elif isinstance(node, dict):
-        yield node
-        for key in ("block", "rescue", "always"):
-            yield from _tasks(node.get(key))
-
-
 def _module_defaults() -> dict[str, dict[str, Any]]:
-    for task in _tasks(yaml.safe_load((TASKS / "main.yml").read_text(encoding="utf-8"))):
+    for task in tasks(yaml.safe_load((TASKS / "main.yml").read_text(encoding="utf-8"))):
         if task.get("ansible.builtin.import_tasks") == "service.yml":
             return dict(task.get("module_defaults") or {})
     raise AssertionError("roles/sglang_service/tasks/main.yml does not import service.yml")
@@ -39,7 +31,7 @@ def _module_defaults() -> dict[str, dict[str, Any]]:
 def _wait_calls() -> Iterator[tuple[str, str, str, dict[str, Any]]]:
     """(file, task name, module, arguments) of every wait call in the covered files."""
     for name in COVERED:
-        for task in _tasks(yaml.safe_load((TASKS / name).read_text(encoding="utf-8"))):
+        for task in tasks(yaml.safe_load((TASKS / name).read_text(encoding="utf-8"))):
             for module in WAITS:
                 if module in task:
                     yield name, str(task.get("name")), module, dict(task[module] or {})

@@ -225,7 +225,10 @@ def test_ct200(weights: str, results_root: Path) -> None:
     assert "leased to sweep other-run" in " ".join(out.split())
     on_host = re.findall(r"^TASK \[(.*?)\]", out.split("PLAY [Preflight, install and run the service]")[1], re.M)
     role = "ddtree.sglang.sglang_service : "
-    assert on_host[0] == "Gathering Facts" and all(t.startswith(role) for t in on_host[1:]), on_host
+    # the shared defaults' argument check (roles/ddtree_defaults, a dependency) runs on the controller
+    shared = "ddtree.sglang.ddtree_defaults : Validating arguments against arg spec 'main'"
+    touched = [t for t in on_host[1:] if not t.startswith(shared)]
+    assert on_host[0] == "Gathering Facts" and all(t.startswith(role) for t in touched), on_host
     assert any("Refuse, the host is leased" in t for t in on_host)
 
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from pathlib import Path
 
 import openai
+import pytest
 
-from repro_py.simengine.process import Engine
+from repro_py.simengine.process import Engine, EngineError, start_engine
 from tests.simengine.conftest import DDTREE_B8, EngineFactory
 
 
@@ -127,3 +129,21 @@ def test_health_can_take_as_long_as_sglangs(engine_factory: EngineFactory) -> No
         assert eng.get("/ready")[0] == 200
         ready_s.append(time.monotonic() - start)
     assert min(ready_s) < 0.5, ready_s
+
+
+def test_an_engine_that_exits_or_never_listens_is_an_engine_error_naming_the_wait(tmp_path: Path) -> None:
+    # an argument the engine refuses: it exits before listening, and the error says so with its log
+    eng = start_engine(["--speculative-algorithm", "NOT-AN-ALGORITHM"], model_root=tmp_path)
+    try:
+        with pytest.raises(EngineError, match=r"engine exited with [1-9]\d* before it could become ready") as info:
+            eng.wait_ready(timeout=60)
+        assert "NOT-AN-ALGORITHM" in str(info.value)
+    finally:
+        eng.stop()
+    # still loading after the wait's timeout: the error names the wait and the time
+    slow = start_engine(["--sim-load-seconds", "30"], model_root=tmp_path)
+    try:
+        with pytest.raises(EngineError, match=r"engine did not listen within 0.5 s"):
+            slow.wait_listening(timeout=0.5)
+    finally:
+        slow.stop()

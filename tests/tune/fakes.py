@@ -8,18 +8,25 @@ over its acceptance (``perf_model.predict`` at the cell), with normal noise of
 short outputs read low, by a share that depends on the config, as they do on a
 real engine. The repeats carry the benchmark client's fields (``output_tps``,
 ``wall_s``, ``output_tokens``, ``ttft_ms``, ``itl_chunk_ms``, ``itl_token_ms``).
-Gates pass unless the label is in ``gate_fail``.
+Gates pass unless the label is in ``gate_fail``. With ``over_generation`` the
+step and the acceptance are those of the sequence as it grows from the prompt
+to ``max_tokens`` (the acceptance at the engine's 256-token context buckets,
+as the simulated engine runs it), so a draft window the sequence outgrows
+costs acceptance; without it (the unit tests' default) the model is read at the
+prompt's length, where such a window reads as a full cache.
 """
 
 from __future__ import annotations
 
+import functools
 import random
+import statistics
 from collections.abc import Collection, Mapping
 from typing import Any
 
 from repro_py.endpoint import Endpoint
 from repro_py.gates import GATE_NAMES
-from repro_py.simengine.perf_model import ModelConfig, predict
+from repro_py.simengine.perf_model import ModelConfig, accept_length, predict, step_ms
 from repro_py.sweep.benchplan import BenchPlan
 from repro_py.sweep.grid import PlannedConfig
 
@@ -33,6 +40,25 @@ def true_tps(cfg: PlannedConfig, context: int, concurrency: int) -> float:
     return predict(model_config(cfg), concurrency, context).aggregate_tps
 
 
+@functools.lru_cache(maxsize=65536)
+def _generation(model: ModelConfig, context: int, concurrency: int, max_tokens: int) -> tuple[float, float, float]:
+    steps = [step_ms(model, concurrency, context + k) for k in range(max_tokens)]
+    accepts = [accept_length(model, (context + k) // 256 * 256) for k in range(max_tokens)]
+    per_token = statistics.fmean(s / a for s, a in zip(steps, accepts, strict=True))
+    return per_token, statistics.fmean(accepts), statistics.fmean(steps)
+
+
+def generation(cfg: PlannedConfig, context: int, concurrency: int, max_tokens: int) -> tuple[float, float, float]:
+    """(time per token in ms, acceptance, step in ms) over a generation of ``max_tokens`` tokens from a
+    ``context``-token prompt: the step at each sequence length, the acceptance at its 256-token context bucket."""
+    return _generation(model_config(cfg), context, concurrency, max_tokens)
+
+
+def true_tps_over_generation(cfg: PlannedConfig, context: int, concurrency: int, max_tokens: int) -> float:
+    """Aggregate decode tokens/s over a generation of ``max_tokens`` tokens (:func:`generation`)."""
+    return concurrency * 1000.0 / generation(cfg, context, concurrency, max_tokens)[0]
+
+
 class ModelMeasure:
     def __init__(
         self,
@@ -42,8 +68,10 @@ class ModelMeasure:
         restart_cv: float = 0.01,
         gate_fail: set[str] | None = None,
         ttft_ms: float = 40.0,
+        over_generation: bool = False,
     ) -> None:
         self.rng = random.Random(seed)
+        self.over_generation = over_generation
         self.cv_at_512 = cv_at_512
         self.restart_cv = restart_cv
         self.gate_fail = set(gate_fail or ())
@@ -61,14 +89,18 @@ class ModelMeasure:
     def cell(self, cfg: PlannedConfig, context: int, concurrency: int, repeats: int, max_tokens: int) -> dict[str, Any]:
         offset = self._offset.setdefault(cfg.label, self.rng.gauss(0.0, self.restart_cv))
         pred = predict(model_config(cfg), concurrency, context)
+        base_per_token, base_accept, base_step = (
+            generation(cfg, context, concurrency, max_tokens) if self.over_generation
+            else (pred.step_ms / pred.accept_length, pred.accept_length, pred.step_ms)
+        )  # fmt: skip
         cv = self.cv_at_512 * (512.0 / max_tokens) ** 0.5
         reps = []
-        accept = None if cfg.spec.algorithm == "none" else pred.accept_length * (1.0 + self.rng.gauss(0.0, cv / 2))
+        accept = None if cfg.spec.algorithm == "none" else base_accept * (1.0 + self.rng.gauss(0.0, cv / 2))
         for _ in range(repeats):
-            per_token = pred.step_ms / pred.accept_length / (1.0 + offset) / (1.0 + self.rng.gauss(0.0, cv))
+            per_token = base_per_token / (1.0 + offset) / (1.0 + self.rng.gauss(0.0, cv))
             ttft = self.ttft_ms * (1.0 + context / 1000.0) * (1.0 + self.rng.gauss(0.0, 0.05))
             span_s = (ttft + (max_tokens - 1) * per_token) / 1000.0
-            step = pred.step_ms * (1.0 + self.rng.gauss(0.0, 0.01))
+            step = base_step * (1.0 + self.rng.gauss(0.0, 0.01))
             reps.append(
                 {
                     "output_tps": concurrency * max_tokens / span_s,
