@@ -35,7 +35,7 @@ export PYTHONUNBUFFERED := 1
 APT_PACKAGES := podman runc debootstrap patch bubblewrap gnupg dpkg-dev openssh-client
 
 .PHONY: help demo test setup system-packages venv cpu-venv image testhost wheelhouse deploy sweep tune \
-        lint sanity manifest manifest-check locks unit host-checks molecule service-checks service-checks-run deploy-run \
+        lint sanity manifest manifest-check locks unit host-checks host-checks-run molecule service-checks service-checks-run deploy-run \
         e2e e2e-run e2e-tune rehearsal rehearsal-run clean-testhost fleet-hosts fleet fleet-run clean-fleet-hosts
 
 help:
@@ -101,7 +101,7 @@ wheelhouse: venv
 	scripts/build-wheelhouse.sh $(WHEELHOUSE)
 
 # Each stage timed, in order, stopping at the first failure; the times are printed at
-# the end and kept in results/FILE (scripts/timed-stages.sh; a side lane runs beside it).
+# the end and kept in results/FILE (scripts/timed-stages.sh; side lanes run beside it).
 TIMED_STAGES := RUN_ID=$(RUN_ID) MAKE="$(MAKE)" scripts/timed-stages.sh
 
 ## ---- main job: deploy + sweep on the local test host ---------------------
@@ -131,7 +131,9 @@ lint: venv
 	$(BIN)/mypy
 	$(BIN)/mypy --strict scripts/check-locks.py
 	$(BIN)/yamllint -s .
-	$(BIN)/ansible-lint
+	# ansible-lint puts $$ANSIBLE_HOME/collections (default ~/.ansible) before the checkout: a copy of ddtree.sglang
+	# installed there (molecule's prerun installs one) would be linted against in its place, stale
+	ANSIBLE_HOME=$(ROOT)/.cache/ansible-lint-home $(BIN)/ansible-lint
 	$(PY) scripts/render-variable-docs.py --check
 	$(PY) scripts/render-role-defaults.py --check
 
@@ -159,6 +161,9 @@ unit: venv cpu-venv wheelhouse
 # real triton/flashinfer wheels, cuda_toolkit's apt method and nvidia_driver against
 # a local signed repository, the model check, collect.yml's model checksums.
 host-checks: setup image wheelhouse
+	$(MAKE) --no-print-directory host-checks-run
+
+host-checks-run: venv
 	tests/install/run-host-checks.sh
 
 molecule: setup image wheelhouse
@@ -203,21 +208,23 @@ e2e-run: venv
 	SGLANG_TESTHOST=1 SWEEP_E2E_RESULTS=$(RESULTS) $(PY) -m pytest -q -p no:cacheprovider -s tests/e2e
 
 # Every stage in order, each timed; the times go to results/stage-times.txt.
-TEST_STAGES := setup lint manifest-check locks cpu-venv image wheelhouse unit host-checks molecule deploy \
+TEST_STAGES := setup lint manifest-check locks cpu-venv image wheelhouse unit molecule deploy \
                service-checks-run e2e-run
-# Stages with test hosts of their own that run beside the main lane once SIDE_AFTER has
-# passed: the rehearsal (its own host container operator-testhost on the podman network
-# operator-rehearsal, its own controller container and mirrors, results under
-# results/rehearsal-RUN_ID). A side-lane stage is a -run target that rebuilds nothing: the
-# prerequisites of `make rehearsal` are main-lane stages that have passed by then; then the fleet
-# (three test hosts of its own, sglang-fleet-1..3, on ports nothing else uses); then ansible-test sanity
-# (the venv only, a build and install of its own under /tmp): the side lane ends well before the main
-# lane, so nothing there lengthens the run. The main
-# lane's own reruns of the wheelhouse change nothing on disk (scripts/build-wheelhouse.sh).
-SIDE_STAGES := rehearsal-run fleet-run sanity
-SIDE_AFTER := wheelhouse
+# Stages with test hosts of their own run in two side lanes beside the main lane (scripts/timed-stages.sh):
+# side lane 1, once the wheelhouse has passed: the rehearsal (its own host container operator-testhost on
+# the podman network operator-rehearsal, its own controller container and mirrors, results under
+# results/rehearsal-RUN_ID), then the fleet (three test hosts of its own, sglang-fleet-1..3, on ports
+# nothing else uses), then ansible-test sanity (the venv only, a build and install of its own under /tmp);
+# side lane 2, once the unit tests have passed (two test workers of their own until then): host-checks
+# (its own bare host sglang-hostchecks, service port 33001, apt repository port 33002). A side-lane stage
+# is a -run target that rebuilds nothing: the prerequisites of `make rehearsal` and `make host-checks` are
+# main-lane stages that have passed by then. The main lane's own reruns of the wheelhouse, and
+# host-checks' own, change nothing on disk (scripts/build-wheelhouse.sh).
+SIDE_LANE_1 := rehearsal-run fleet-run sanity
+SIDE_LANE_2 := host-checks-run
 test:
-	@$(TIMED_STAGES) 'make test' $(RESULTS)/stage-times.txt '$(TEST_STAGES)' '$(SIDE_STAGES)' $(SIDE_AFTER)
+	@$(TIMED_STAGES) 'make test' $(RESULTS)/stage-times.txt '$(TEST_STAGES)' '$(SIDE_LANE_1)' wheelhouse \
+	  '$(SIDE_LANE_2)' unit
 
 clean-testhost:
 	testhost/down.sh sglang-testhost || true

@@ -1,57 +1,82 @@
 #!/usr/bin/env bash
-# Run make stages in order, each timed, stopping at the first failure; optionally a
-# side lane of stages that runs in the background once a given stage of the main
-# lane has passed (stages that use their own test hosts and mostly wait on them,
-# so they share the 2 cores with the main lane instead of adding their time to it).
+# Run make stages in order, each timed, stopping at the first failure; optionally side
+# lanes of stages, each running in the background once a given stage of the main lane
+# has passed (stages that use test hosts of their own, so they share the machine's
+# cores with the main lane instead of adding their time to it).
 #
-#   scripts/timed-stages.sh NAME TIMES_FILE "MAIN STAGES" ["SIDE STAGES" AFTER_STAGE]
+#   scripts/timed-stages.sh NAME TIMES_FILE "MAIN STAGES" ["SIDE STAGES" AFTER_STAGE]...
 #
-# Every stage's time is printed as it ends and kept in TIMES_FILE; the side lane's
-# output goes to TIMES_FILE's directory (side-lane.log), its stage times to
-# TIMES_FILE, and its tail is printed when it fails. The exit status is non-zero
-# when any stage of either lane failed; a failed main lane stops the side lane.
+# Every stage's time is printed as it ends and kept in TIMES_FILE, with how busy the
+# machine's CPUs were meanwhile (all lanes together, from /proc/stat: a stage beside
+# a busy side lane is slower for it). Side lane N's output goes to TIMES_FILE's
+# directory (side-lane-N.log), its stage times to TIMES_FILE, and its tail is printed
+# when it fails. The exit status is non-zero when any stage of any lane failed; a failed
+# main lane stops the side lanes.
 set -uo pipefail
 
-name=$1 times=$2 main_stages=$3 side_stages=${4:-} side_after=${5:-}
+name=$1 times=$2 main_stages=$3
+shift 3
+if (( $# % 2 )); then
+    echo "timed-stages: side lanes come as pairs \"STAGES\" AFTER_STAGE, got an odd count: $*" >&2
+    exit 2
+fi
+side_stages=() side_after=()
+while (( $# )); do
+    [[ " $main_stages " == *" $2 "* ]] || { echo "timed-stages: side lane ($1) starts after '$2', which is not a main-lane stage ($main_stages)" >&2; exit 2; }
+    side_stages+=("$1") side_after+=("$2")
+    shift 2
+done
 make_cmd=${MAKE:-make}
 dir=$(dirname "$times")
-side_log=$dir/side-lane.log
-side_pid=""
+side_pids=()
 mkdir -p "$dir"
 : > "$times"
 all=$(date +%s)
 
+cpu_ticks() {  # "BUSY TOTAL" jiffies of all CPUs so far (idle and iowait are not busy)
+    local _cpu user nice system idle iowait irq softirq steal _rest
+    read -r _cpu user nice system idle iowait irq softirq steal _rest < /proc/stat
+    echo "$((user + nice + system + irq + softirq + steal)) $((user + nice + system + idle + iowait + irq + softirq + steal))"
+}
+
 run_stage() {  # run_stage LANE STAGE: make STAGE, timed, its line appended to $times
-    local lane=$1 stage=$2 t rc
+    local lane=$1 stage=$2 t rc b0 t0 b1 t1 busy
     t=$(date +%s)
+    read -r b0 t0 < <(cpu_ticks)
     $make_cmd --no-print-directory "$stage"
     rc=$?
+    read -r b1 t1 < <(cpu_ticks)
+    busy="CPUs $(( (t1 - t0) > 0 ? 100 * (b1 - b0) / (t1 - t0) : 0 ))% busy"
     if [ "$rc" -ne 0 ]; then
-        echo "$name: ${lane}stage $stage FAILED after $(( $(date +%s) - t )) s" | tee -a "$times"
+        echo "$name: ${lane}stage $stage FAILED after $(( $(date +%s) - t )) s ($busy)" | tee -a "$times"
         return "$rc"
     fi
-    echo "$name: ${lane}stage $stage took $(( $(date +%s) - t )) s" | tee -a "$times"
+    echo "$name: ${lane}stage $stage took $(( $(date +%s) - t )) s ($busy)" | tee -a "$times"
 }
 
 side_lane() {
     local stage
-    for stage in $side_stages; do
-        run_stage "side lane: " "$stage" || return 1
+    for stage in $stages; do
+        run_stage "side lane $lane: " "$stage" || return 1
     done
 }
 
-start_side() {
-    echo "$name: side lane ($side_stages) started; its output: $side_log"
-    setsid bash -c "$(declare -f run_stage side_lane); name='$name' times='$times' make_cmd='$make_cmd' \
-        side_stages='$side_stages' side_lane" > "$side_log" 2>&1 &
-    side_pid=$!
+start_side() {  # start_side N
+    local n=$1 log=$dir/side-lane-$1.log
+    echo "$name: side lane $n (${side_stages[n - 1]}) started; its output: $log"
+    setsid bash -c "$(declare -f cpu_ticks run_stage side_lane); name='$name' times='$times' make_cmd='$make_cmd' \
+        lane='$n' stages='${side_stages[n - 1]}' side_lane" > "$log" 2>&1 &
+    side_pids[n - 1]=$!
 }
 
 stop_side() {
-    [ -n "$side_pid" ] || return 0
-    echo "$name: stopping the side lane (pid $side_pid)"
-    kill -TERM -- "-$side_pid" 2>/dev/null
-    wait "$side_pid" 2>/dev/null
+    local i
+    for i in "${!side_pids[@]}"; do
+        echo "$name: stopping side lane $((i + 1)) (pid ${side_pids[i]})"
+        kill -TERM -- "-${side_pids[i]}" 2>/dev/null
+        wait "${side_pids[i]}" 2>/dev/null
+    done
+    side_pids=()
 }
 
 finish() {  # finish RC: print the table, exit RC
@@ -68,18 +93,21 @@ for stage in $main_stages; do
         stop_side
         finish 1
     fi
-    if [ -n "$side_stages" ] && [ "$stage" = "$side_after" ]; then
-        start_side
-    fi
+    for i in "${!side_after[@]}"; do
+        [ "$stage" = "${side_after[i]}" ] && start_side $((i + 1))
+    done
 done
 
-if [ -n "$side_pid" ]; then
-    echo "$name: main lane done; waiting for the side lane"
-    if ! wait "$side_pid"; then
-        echo "---- $name: the side lane failed; the end of $side_log ----"
-        tail -n 300 "$side_log"
-        finish 1
+failed=0
+for i in "${!side_pids[@]}"; do
+    n=$((i + 1)) log=$dir/side-lane-$((i + 1)).log
+    echo "$name: main lane done; waiting for side lane $n"
+    if ! wait "${side_pids[i]}"; then
+        echo "---- $name: side lane $n failed; the end of $log ----"
+        tail -n 300 "$log"
+        failed=1
+    else
+        echo "$name: side lane $n passed (its output: $log)"
     fi
-    echo "$name: side lane passed (its output: $side_log)"
-fi
-finish 0
+done
+finish "$failed"

@@ -33,6 +33,7 @@ CONFIGS = {
     "ddtree-b8-t4-w2048-bs8": {"algorithm": "ddtree", "budget": 8, "topk": 4, "window": 2048, "block_size": 8},
     "ddtree-b5-t1-w2048-bs8": {"algorithm": "ddtree", "budget": 5, "topk": 1, "window": 2048, "block_size": 8},
 }
+PAIRS = 3
 LOOSE = {"latency": "<=100000", "tps": ">=1", "gate": ">=0.8"}
 
 
@@ -45,8 +46,13 @@ async def _measure(url: str, *, full: bool) -> list[dict[str, Any]]:
     if full:
         long = BenchSettings(contexts=(4096,), concurrency=(1,), repeats=2, max_tokens=TOKENS)
         cells += (await run_matrix(endpoint, long))["cells"]
-        longer = await run_matrix(endpoint, BenchSettings(contexts=(60,), concurrency=(1,), repeats=2, max_tokens=512))
-        cells += [{**c, "max_tokens": 512} for c in longer["cells"]]
+        # short and full rung side by side, three times over: a busy machine's slow moments land on both of a
+        # pair (measured one after the other) instead of on one rung only
+        for pair in range(PAIRS):
+            for tokens in (TOKENS, 512):
+                rung = BenchSettings(contexts=(60,), concurrency=(1,), repeats=2, max_tokens=tokens)
+                got = (await run_matrix(endpoint, rung))["cells"]
+                cells += [{**c, "max_tokens": tokens, "pair": pair} for c in got]
     return cells
 
 
@@ -80,7 +86,11 @@ def _search(slos: list[str], labels: list[str]) -> Search:
 
 
 def _short(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [c for c in cells if c.get("max_tokens") != 512]
+    return [c for c in cells if "pair" not in c]
+
+
+def _pair(cells: list[dict[str, Any]], pair: int, tokens: int) -> dict[str, Any] | None:
+    return find_cell([c for c in cells if c.get("pair") == pair and c["max_tokens"] == tokens], Cell(60, 1))
 
 
 def test_the_step_time_is_read_from_the_clients_per_token_latency_and_the_counters(
@@ -138,12 +148,15 @@ def test_a_short_rungs_projection_from_real_timing_lands_near_the_full_rung(
     from repro_py.tune.projection import projected_values  # noqa: PLC0415
 
     cells = measured["ddtree-b8-t4-w2048-bs8"]
-    short = find_cell(_short(cells), Cell(60, 1))
-    full = find_cell([c for c in cells if c.get("max_tokens") == 512], Cell(60, 1))
-    measured_full = statistics.fmean(repeat_values(full, "output_tps"))
-    raw = statistics.fmean(repeat_values(short, "output_tps"))
-    projected = projected_values(short, TOKENS, 512)
-    assert projected is not None and len(projected) == 2
-    # the raw short figure carries the first token's latency over 64 tokens; the projection spreads it over 512
-    assert raw < statistics.fmean(projected)
-    assert abs(statistics.fmean(projected) / measured_full - 1) < 0.15, (raw, projected, measured_full)
+    ratios = []
+    for pair in range(PAIRS):
+        short, full = _pair(cells, pair, TOKENS), _pair(cells, pair, 512)
+        measured_full = statistics.fmean(repeat_values(full, "output_tps"))
+        raw = statistics.fmean(repeat_values(short, "output_tps"))
+        projected = projected_values(short, TOKENS, 512)
+        assert projected is not None and len(projected) == 2
+        # the raw short figure carries the first token's latency over 64 tokens; the projection spreads it over 512
+        assert raw < statistics.fmean(projected), (pair, raw, projected)
+        ratios.append(statistics.fmean(projected) / measured_full)
+    # the median pair: one pair whose two rungs a loaded machine slowed unequally does not decide
+    assert abs(statistics.median(ratios) - 1) < 0.15, ratios
