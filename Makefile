@@ -35,7 +35,7 @@ export PYTHONUNBUFFERED := 1
 APT_PACKAGES := podman runc debootstrap patch bubblewrap gnupg dpkg-dev openssh-client
 
 .PHONY: help demo test setup system-packages venv cpu-venv image testhost wheelhouse deploy sweep tune \
-        lint sanity manifest manifest-check locks unit host-checks host-checks-run molecule service-checks service-checks-run deploy-run \
+        lint sanity manifest manifest-check locks unit host-checks host-checks-run molecule molecule-run service-checks service-checks-run deploy-run \
         e2e e2e-run e2e-tune rehearsal rehearsal-run clean-testhost fleet-hosts fleet fleet-run clean-fleet-hosts
 
 help:
@@ -167,6 +167,9 @@ host-checks-run: venv
 	tests/install/run-host-checks.sh
 
 molecule: setup image wheelhouse
+	$(MAKE) --no-print-directory molecule-run
+
+molecule-run: venv
 	$(BIN)/molecule test
 
 # The operator's path, executed (tests/rehearsal/): REPRODUCE.md's command blocks as written
@@ -208,20 +211,20 @@ e2e-run: venv
 	SGLANG_TESTHOST=1 SWEEP_E2E_RESULTS=$(RESULTS) $(PY) -m pytest -q -p no:cacheprovider -s tests/e2e
 
 # Every stage in order, each timed; the times go to results/stage-times.txt.
-TEST_STAGES := setup lint manifest-check locks cpu-venv image wheelhouse unit molecule deploy \
-               service-checks-run e2e-run
+TEST_STAGES := setup lint manifest-check locks cpu-venv image wheelhouse unit deploy service-checks-run e2e-run
 # Stages with test hosts of their own run in two side lanes beside the main lane (scripts/timed-stages.sh):
 # side lane 1, once the wheelhouse has passed: the rehearsal (its own host container operator-testhost on
 # the podman network operator-rehearsal, its own controller container and mirrors, results under
 # results/rehearsal-RUN_ID), then the fleet (three test hosts of its own, sglang-fleet-1..3, on ports
 # nothing else uses), then ansible-test sanity (the venv only, a build and install of its own under /tmp);
 # side lane 2, once the unit tests have passed (two test workers of their own until then): host-checks
-# (its own bare host sglang-hostchecks, service port 33001, apt repository port 33002). A side-lane stage
-# is a -run target that rebuilds nothing: the prerequisites of `make rehearsal` and `make host-checks` are
+# (its own bare host sglang-hostchecks, service port 33001, apt repository port 33002), then molecule (its
+# own instance sglang-molecule, sshd 31012, service port 31011). A side-lane stage is a -run target that
+# rebuilds nothing: the prerequisites of `make rehearsal`, `make host-checks` and `make molecule` are
 # main-lane stages that have passed by then. The main lane's own reruns of the wheelhouse, and
 # host-checks' own, change nothing on disk (scripts/build-wheelhouse.sh).
 SIDE_LANE_1 := rehearsal-run fleet-run sanity
-SIDE_LANE_2 := host-checks-run
+SIDE_LANE_2 := host-checks-run molecule-run
 test:
 	@$(TIMED_STAGES) 'make test' $(RESULTS)/stage-times.txt '$(TEST_STAGES)' '$(SIDE_LANE_1)' wheelhouse \
 	  '$(SIDE_LANE_2)' unit
