@@ -23,7 +23,7 @@ fi
 side_stages=() side_after=()
 while (( $# )); do
     [[ " $main_stages " == *" $2 "* ]] || { echo "timed-stages: side lane ($1) starts after '$2', which is not a main-lane stage ($main_stages)" >&2; exit 2; }
-    side_stages+=("$1") side_after+=("$2")
+    [[ -n "${1// /}" ]] && side_stages+=("$1") side_after+=("$2")  # an empty lane is no lane
     shift 2
 done
 make_cmd=${MAKE:-make}
