@@ -142,10 +142,13 @@ fi
 # SHA256SUMS and the stamp are replaced only when their content changes, through a
 # temporary file beside the wheelhouse (same filesystem, so the rename is atomic): a
 # concurrent copy of the wheelhouse (a test host being deployed from it) never lists a
-# temporary file, and a run that changed nothing changes nothing on disk.
+# temporary file, and a run that changed nothing changes nothing on disk. The temporary
+# name ends in .tmp, which the bundle manifest never covers (repro_py/manifest.py): a
+# `make manifest` while a wheelhouse is being written once listed one, and every clone
+# then failed `sha256sum -c MANIFEST.sha256` on a file it never had.
 replace_if_changed() {  # replace_if_changed TARGET < content
     local tmp
-    tmp=$(mktemp "$(dirname "$dir")/.$(basename "$dir")-$(basename "$1").XXXXXX")
+    tmp=$(mktemp --suffix=.tmp "$(dirname "$dir")/.$(basename "$dir")-$(basename "$1").XXXXXX")
     cat > "$tmp"
     if [[ -f "$1" ]] && cmp -s "$tmp" "$1"; then rm -f "$tmp"; else chmod 644 "$tmp" && mv -f "$tmp" "$1"; fi
 }

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from repro_py.manifest import covered_files
+from repro_py.manifest import MANIFEST_NAME, covered_files, parse_manifest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,3 +40,16 @@ def test_the_runs_directory_is_ignored_and_the_package_is_not() -> None:
                           capture_output=True, cwd=REPO_ROOT, check=False)
     matched = {line.split("\t")[-1] for line in proc.stdout.splitlines()}
     assert matched == {"results/run-1/x.json"}, proc.stdout
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (REPO_ROOT / ".git").exists(), reason="not a git checkout")
+def test_the_manifest_lists_only_files_a_clone_has() -> None:
+    """A manifest written beside a transient file (a wheelhouse's temporary SHA256SUMS) lists a path no
+    clone has, and every clone then fails ``sha256sum -c MANIFEST.sha256``: each listed path is tracked."""
+    listed = set(parse_manifest((REPO_ROOT / MANIFEST_NAME).read_text()))
+    proc = subprocess.run(["git", "ls-files", "-z", "--", *sorted(listed)], capture_output=True, cwd=REPO_ROOT,
+                          check=True)
+    tracked = set(proc.stdout.decode().split("\0")) - {""}
+    assert len(listed) > 100
+    untracked = sorted(listed - tracked)
+    assert untracked == [], f"MANIFEST.sha256 lists untracked {untracked}: git add, or delete and make manifest"
