@@ -177,7 +177,7 @@ molecule-run: venv
 # (local mirrors of the NVIDIA repository, the Python index and the Hub; GPU stand-ins;
 # the simulated engine), then the shipped inventory/ct200 and inventory/b300, unchanged,
 # through their thin overlays on that host with a vaulted key and an admin key: site.yml,
-# a 4-config sweep with a failure, the tuner, collect.yml, gates and bench by hand.
+# a 4-config sweep with a failure, gates and bench by hand (ct200 also the tuner and collect.yml).
 rehearsal: setup image wheelhouse
 	$(MAKE) --no-print-directory rehearsal-run
 

@@ -8,7 +8,10 @@
 #
 # Every stage's time is printed as it ends and kept in TIMES_FILE, with how busy the
 # machine's CPUs were meanwhile (all lanes together, from /proc/stat: a stage beside
-# a busy side lane is slower for it). Side lane N's output goes to TIMES_FILE's
+# a busy side lane is slower for it) and the CPU time its own processes used (make and
+# every process it waited for: pytest, ansible-playbook, the controller-side engines;
+# not the test-host containers, which run under podman, so the closing lines add the
+# machine's and the containers' CPU time over the whole run). Side lane N's output goes to TIMES_FILE's
 # directory (side-lane-N.log), its stage times to TIMES_FILE, and its tail is printed
 # when it fails. The exit status is non-zero when any stage of any lane failed; a failed
 # main lane stops the side lanes.
@@ -39,14 +42,24 @@ cpu_ticks() {  # "BUSY TOTAL" jiffies of all CPUs so far (idle and iowait are no
     echo "$((user + nice + system + irq + softirq + steal)) $((user + nice + system + idle + iowait + irq + softirq + steal))"
 }
 
+own_cpu() {  # own_cpu FILE: the user + system seconds of the children line `times` wrote to FILE
+    local _u _s cu cs
+    { read -r _u _s; read -r cu cs; } < "$1" || { echo "?"; return; }
+    # "1m2.345s 0m0.678s" -> seconds
+    awk -v u="$cu" -v s="$cs" 'function sec(x, p) { split(x, p, /[ms]/); return p[1] * 60 + p[2] }
+        BEGIN { printf "%.0f", sec(u) + sec(s) }'
+}
+
 run_stage() {  # run_stage LANE STAGE: make STAGE, timed, its line appended to $times
-    local lane=$1 stage=$2 t rc b0 t0 b1 t1 busy
+    local lane=$1 stage=$2 t rc b0 t0 b1 t1 busy tf
     t=$(date +%s)
+    tf=$(mktemp)
     read -r b0 t0 < <(cpu_ticks)
-    $make_cmd --no-print-directory "$stage"
+    ( $make_cmd --no-print-directory "$stage"; rc=$?; times > "$tf"; exit "$rc" )
     rc=$?
     read -r b1 t1 < <(cpu_ticks)
-    busy="CPUs $(( (t1 - t0) > 0 ? 100 * (b1 - b0) / (t1 - t0) : 0 ))% busy"
+    busy="CPUs $(( (t1 - t0) > 0 ? 100 * (b1 - b0) / (t1 - t0) : 0 ))% busy, its own processes $(own_cpu "$tf") CPU s"
+    rm -f "$tf"
     if [ "$rc" -ne 0 ]; then
         echo "$name: ${lane}stage $stage FAILED after $(( $(date +%s) - t )) s ($busy)" | tee -a "$times"
         return "$rc"
@@ -64,7 +77,7 @@ side_lane() {
 start_side() {  # start_side N
     local n=$1 log=$dir/side-lane-$1.log
     echo "$name: side lane $n (${side_stages[n - 1]}) started; its output: $log"
-    setsid bash -c "$(declare -f cpu_ticks run_stage side_lane); name='$name' times='$times' make_cmd='$make_cmd' \
+    setsid bash -c "$(declare -f cpu_ticks own_cpu run_stage side_lane); name='$name' times='$times' make_cmd='$make_cmd' \
         lane='$n' stages='${side_stages[n - 1]}' side_lane" > "$log" 2>&1 &
     side_pids[n - 1]=$!
 }
@@ -79,14 +92,62 @@ stop_side() {
     side_pids=()
 }
 
+containers_cpu() {  # CPU seconds all podman containers have used (cgroup v1 cpuacct or v2 cpu.stat), or "?"
+    local f
+    for f in /sys/fs/cgroup/cpuacct/libpod_parent/cpuacct.usage /sys/fs/cgroup/cpu,cpuacct/libpod_parent/cpuacct.usage; do
+        [[ -r $f ]] && { echo $(( $(cat "$f") / 1000000000 )); return; }
+    done
+    f=/sys/fs/cgroup/machine.slice/cpu.stat
+    [[ -r $f ]] && { awk '$1 == "usage_usec" { printf "%.0f", $2 / 1e6 }' "$f"; return; }
+    echo "?"
+}
+
+# Every 5 s, each running container's CPU time so far (its cgroup's cpuacct.usage; a
+# container is named once, when first seen), kept as "NAME SECONDS" lines: the last line
+# of a name is its CPU time when last seen (a container removed within 5 s of its last
+# sample loses that much). Only with cgroup v1's cpuacct (podman's cgroupfs manager).
+container_sampler() {  # container_sampler OUT
+    local out=$1 base=/sys/fs/cgroup/cpuacct/libpod_parent d id usage
+    declare -A names=()
+    [[ -d $base ]] || return 0
+    while sleep 5; do
+        for d in "$base"/libpod-*/; do
+            id=${d%/}; id=${id##*/libpod-}
+            [[ -r $d/cpuacct.usage ]] || continue
+            [[ -n ${names[$id]:-} ]] || names[$id]=$(podman inspect --format '{{.Name}}' "$id" 2>/dev/null || echo "${id:0:12}")
+            read -r usage < "$d/cpuacct.usage" || continue
+            echo "${names[$id]} $((usage / 1000000000))"
+        done >> "$out"
+    done
+}
+
 finish() {  # finish RC: print the table, exit RC
+    local b1 t1 c1 ticks
+    read -r b1 t1 < <(cpu_ticks)
+    c1=$(containers_cpu)
+    ticks=$(getconf CLK_TCK)
     echo "$name: all stages took $(( $(date +%s) - all )) s" >> "$times"
+    echo "$name: the machine's $(nproc) CPUs were busy $(( (b1 - all_busy) / ticks )) CPU s in all ($(( (t1 - all_total) > 0 ? 100 * (b1 - all_busy) / (t1 - all_total) : 0 ))%)$( \
+        [[ $c1 != "?" && $all_containers != "?" ]] && echo ", $((c1 - all_containers)) CPU s of them in test-host containers")" >> "$times"
+    if [[ -n ${sampler_pid:-} ]]; then
+        kill "$sampler_pid" 2>/dev/null
+        # each container's CPU time when last seen, largest first
+        [[ -s $samples ]] && awk '{ last[$1] = $2 } END { for (n in last) print last[n], n }' "$samples" | sort -rn \
+            | awk -v name="$name" '{ printf "%s: test host %s used %d CPU s\n", name, $2, $1 }' >> "$times"
+        rm -f "$samples"
+    fi
     echo "---- $name: stage times ----"
     cat "$times"
     exit "$1"
 }
 
-trap 'stop_side; exit 130' INT TERM
+read -r all_busy all_total < <(cpu_ticks)
+all_containers=$(containers_cpu)
+samples=$(mktemp)
+container_sampler "$samples" &
+sampler_pid=$!
+
+trap 'stop_side; kill "${sampler_pid:-}" 2>/dev/null; exit 130' INT TERM
 
 for stage in $main_stages; do
     if ! run_stage "" "$stage"; then

@@ -5,10 +5,12 @@ sources; test_overlay.py holds it to that list), with the API key in Ansible Vau
 
 On each: site.yml and the OpenAI client's default request (no temperature) with the key; a sweep of 4 configs, one
 of which fails (ct200's to start, b300's its lossless gate), with both losslessness checks (greedy, sampled) judged
-on the keyed server (ct200's on the default --lossless-restart separate, b300's shared); the tuner with
---lossless-restart shared at the smallest budget that mode accepts, 5 restarts (the baseline, the inventory's config
-twice, one candidate, the restore); collect.yml; the gates (the sampled one against the sweep's baseline samples)
-and the benchmark by hand with the key from the vault. Neither key may appear in a
+on the keyed server (ct200's on the default --lossless-restart separate, b300's shared); the gates (the sampled one
+against that sweep's baseline samples) and the benchmark by hand with the key from the vault. ct200 also runs the
+tuner with --lossless-restart shared at the smallest budget that mode accepts, 5 restarts (the baseline, the
+inventory's config twice, one candidate, the restore) and collect.yml; b300 does not repeat them, since both read an
+inventory, its vault and its overlay the same way and neither reads what differs between the two (the GPUs, the
+fabric, the lossless mode of the sweep). Neither key may appear in a
 result, plan, log, artifact, the host's journal or any process's command line. ct200 adds the attention-backend
 refusal on its SM120 GPUs and a host leased to another run; b300 runs on B300 stand-ins with the NVSwitch fabric.
 
@@ -103,7 +105,30 @@ def timed(name: str, started: float) -> None:
     print(f"rehearsal: {name} {TIMES[name]} s")
 
 
-def rehearse(inventory: str, address: str, results: Path) -> None:
+def tune_and_collect(inventory: str, results: Path, play: list[str], tool: list[str], logs: Path) -> None:
+    """The tuner (--lossless-restart shared, 5 restarts) and collect.yml through the inventory, vaulted."""
+    t = time.monotonic()
+    space = results / f"{inventory}-space.yml"
+    space.write_text(yaml.safe_dump(SPACE))
+    out = run([*tool, "repro_py.tune", *sources(inventory), *VAULT, "--space", str(space), *TUNE, "--results",
+               str(results), "--run-id", f"rehearsal-tune-{inventory}", *FAST],
+              logs / "tune.log", timeout=1500)  # fmt: skip
+    tuned = results / f"rehearsal-tune-{inventory}"
+    assert json.loads((tuned / "configs" / "baseline.json").read_text())["status"] == "ok"
+    assert "restart budget reached: 4 of 5 restarts used plus the final restore" in out, out[-2000:]
+    timed(f"{inventory} tuner (5 restarts, --lossless-restart shared)", t)
+
+    t = time.monotonic()
+    env_dir = results / f"{inventory}-env"
+    run([*play, "playbooks/collect.yml", "-e", f"collect_dest={env_dir}"], logs / "collect.log")
+    host = f"{inventory}.example.internal"
+    checksums = json.loads((env_dir / host / "model-checksums.json").read_text())
+    assert set(checksums["dirs"]) == {"/models/Kimi-K2.6", "/models/Kimi-K2.6-DFlash"}
+    assert in_host("sh", "-c", "cd / && sha256sum -c -", stdin=(env_dir / host / "models.sha256").read_text())
+    timed(f"{inventory} collect.yml", t)
+
+
+def rehearse(inventory: str, address: str, results: Path, *, tuner_and_collect: bool) -> None:
     key, admin = vault_keys(inventory)
     play = [str(BIN / "ansible-playbook"), "-i", *sources(inventory), *VAULT]
     tool = [sys.executable, "-m"]
@@ -153,24 +178,8 @@ def rehearse(inventory: str, address: str, results: Path) -> None:
         assert check.returncode == 0
         timed(f"{inventory} sweep (4 configs, --lossless-restart {mode})", t)
 
-        t = time.monotonic()
-        space = results / f"{inventory}-space.yml"
-        space.write_text(yaml.safe_dump(SPACE))
-        out = run([*tool, "repro_py.tune", *sources(inventory), *VAULT, "--space", str(space), *TUNE, "--results",
-                   str(results), "--run-id", f"rehearsal-tune-{inventory}", *FAST], logs / "tune.log", timeout=1500)
-        tuned = results / f"rehearsal-tune-{inventory}"
-        assert json.loads((tuned / "configs" / "baseline.json").read_text())["status"] == "ok"
-        assert "restart budget reached: 4 of 5 restarts used plus the final restore" in out, out[-2000:]
-        timed(f"{inventory} tuner (5 restarts, --lossless-restart shared)", t)
-
-        t = time.monotonic()
-        env_dir = results / f"{inventory}-env"
-        run([*play, "playbooks/collect.yml", "-e", f"collect_dest={env_dir}"], logs / "collect.log")
-        host = f"{inventory}.example.internal"
-        checksums = json.loads((env_dir / host / "model-checksums.json").read_text())
-        assert set(checksums["dirs"]) == {"/models/Kimi-K2.6", "/models/Kimi-K2.6-DFlash"}
-        assert in_host("sh", "-c", "cd / && sha256sum -c -", stdin=(env_dir / host / "models.sha256").read_text())
-        timed(f"{inventory} collect.yml", t)
+        if tuner_and_collect:
+            tune_and_collect(inventory, results, play, tool, logs)
 
         t = time.monotonic()
         gates = results / f"{inventory}-gates.json"
@@ -200,7 +209,7 @@ def rehearse(inventory: str, address: str, results: Path) -> None:
 
 def test_ct200(weights: str, results_root: Path) -> None:
     testhost = weights
-    rehearse("ct200", testhost, results_root)
+    rehearse("ct200", testhost, results_root, tuner_and_collect=True)
     key, _ = vault_keys("ct200")
     logs = results_root / "ct200-logs"
     play = [str(BIN / "ansible-playbook"), "-i", *sources("ct200"), *VAULT]
@@ -236,7 +245,7 @@ def test_b300(weights: str, results_root: Path) -> None:
     testhost = weights
     # B300 SXM6 stand-ins (compute capability 10.3); fabric manager and NVLSM: REPRODUCE.md step 0's, else stand-ins
     gpu_profile("b300", fabric=in_host("sh", "-c", "command -v nv-fabricmanager || true").strip() == "")
-    rehearse("b300", testhost, results_root)
+    rehearse("b300", testhost, results_root, tuner_and_collect=False)
     site = " ".join((results_root / "b300-logs" / "site.log").read_text().split())
     driver = json.loads(in_host("cat", "/etc/fake-nvidia/state.json"))["driver_version"]
     assert f"fabric manager {driver} (/usr/bin/nv-fabricmanager) active, 8 GPUs registered with the fabric" in site
