@@ -17,6 +17,12 @@ labels are exchangeable within a prompt, so the p-value ``(1 + #{permuted >= obs
 multiple of ``1 / (permutations + 1)``, whatever the vocabulary, the sample size or the number of
 tables: the false-alarm rate of ``p <= alpha`` is at most ``alpha``. (Pooling rare categories and
 the standardisation only shape the statistic, never the validity.)
+
+The counts are sums over each category's generations (:func:`_counts`), never a matrix product: a
+product this size goes to OpenBLAS's thread pool, and a fork in another thread of the same process
+(ansible-runner starting a play for another host of a fleet, side by side with this test) shuts
+that pool down under the running call, which then spins forever at 100% CPU while every other
+caller waits on its lock.
 """
 
 from __future__ import annotations
@@ -83,6 +89,13 @@ def _tables(tokens: int) -> list[tuple[int, bool]]:
     return [(n, False) for n in range(1, tokens + 1)] + [(n, True) for n in range(2, tokens + 1)]
 
 
+def _counts(rows: npt.NDArray[np.float64], codes: npt.NDArray[np.int64], k: int) -> npt.NDArray[np.float64]:
+    """``rows @ onehot(codes, k)`` without BLAS: each row's sum over each category's columns (exact: 0/1 sums)."""
+    if rows.ndim == 1:
+        return np.bincount(codes, weights=rows, minlength=k).astype(np.float64)
+    return np.stack([rows[:, codes == c].sum(axis=1) for c in range(k)], axis=1)
+
+
 def _z(observed: npt.NDArray[np.float64], expected: npt.NDArray[np.float64], weight: npt.NDArray[np.float64],
        df: int) -> npt.NDArray[np.float64]:
     """Standardised chi-square of 2 x K tables given the tested side's counts (rows of ``observed``)."""
@@ -122,15 +135,13 @@ def same_distribution(
             k = len(names)
             if k < 2:
                 continue
-            onehot = np.zeros((n, k))
-            onehot[np.arange(n), codes] = 1.0
-            col = onehot.sum(axis=0)
+            col = np.bincount(codes, minlength=k).astype(np.float64)
             expected = col * n_b / n
             weight = n * n / (col * n_a * n_b)
-            obs_b = labels @ onehot
+            obs_b = _counts(labels, codes, k)
             z_obs = float(_z(obs_b, expected, weight, k - 1))
             observed_total += z_obs
-            permuted_total += _z(shuffled @ onehot, expected, weight, k - 1)
+            permuted_total += _z(_counts(shuffled, codes, k), expected, weight, k - 1)
             tables += 1
             if worst is None or z_obs > worst.z:
                 moved = int(np.argmax(obs_b / n_b - (col - obs_b) / n_a))
