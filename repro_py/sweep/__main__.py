@@ -2,6 +2,10 @@
 
 import sys
 
-from repro_py.sweep.cli import main
+from repro_py.blasthreads import one_blas_thread
+
+one_blas_thread()  # before numpy loads (repro_py.blasthreads)
+
+from repro_py.sweep.cli import main  # noqa: E402
 
 sys.exit(main())

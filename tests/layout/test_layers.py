@@ -56,6 +56,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "repro_py.inventory_values",
             "repro_py.inventory_endpoint",
             "repro_py.manifest",
+            "repro_py.blasthreads",
         ),
     ),
     ("codeeval", ("repro_py.codeeval",)),

@@ -1,0 +1,84 @@
+"""The tuner's Gaussian process beside forks in other threads: ``repro_py.blasthreads`` keeps it from hanging.
+
+The predict step solves against a few hundred candidates; with a long run's 200 observations OpenBLAS runs that
+on its thread pool, and a fork in another thread (ansible-runner starting a play) shuts the pool down under it:
+the call spins forever. Each case
+runs in a child with a watchdog: with the entry points' setting (one BLAS thread) it finishes; without it, it
+hangs, which shows that this test can fail.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+CHILD = textwrap.dedent(
+    """
+    import os, sys, threading, time
+    if sys.argv[1] == "one-thread":
+        from repro_py.blasthreads import one_blas_thread
+        one_blas_thread()
+    import numpy as np
+    from repro_py.tune.surrogate import GaussianProcess
+
+    rng = np.random.default_rng(0)
+    x, candidates = rng.random((200, 4)), rng.random((500, 4))  # a long run's observations, a space's candidates
+    gp = GaussianProcess().fit(x, rng.random(200), np.full(200, 0.01))
+    stop = threading.Event()
+
+    def fork_repeatedly():  # what ansible-runner (pexpect) does to start each play
+        while not stop.is_set():
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0)
+            os.waitpid(pid, 0)
+            time.sleep(0.005)
+
+    def predict():
+        for _ in range(40):
+            gp.predict(candidates)
+
+    threading.Thread(target=fork_repeatedly, daemon=True).start()
+    worker = threading.Thread(target=predict, daemon=True)
+    worker.start()
+    worker.join(float(sys.argv[2]))
+    stop.set()
+    print("HUNG" if worker.is_alive() else "done", flush=True)
+    os._exit(3 if worker.is_alive() else 0)
+    """
+)
+
+
+def run_child(mode: str, watchdog_s: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", CHILD, mode, str(watchdog_s)], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=watchdog_s + 60, check=False)  # fmt: skip
+
+
+def test_with_one_blas_thread_the_predictions_finish_beside_forks() -> None:
+    proc = run_child("one-thread", 90)
+    assert proc.returncode == 0 and "done" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+
+
+def test_without_it_the_same_predictions_hang_on_this_numpy() -> None:
+    """The hazard the setting removes is real on the numpy this bundle pins (else the test above proves nothing)."""
+    proc = run_child("default", 6)
+    if proc.returncode == 0:
+        pytest.skip("this machine's BLAS did not hang without the setting (one core, or a BLAS without a pool)")
+    assert proc.returncode == 3 and "HUNG" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("tool", ["tune", "sweep"])
+def test_the_entry_points_set_it_before_numpy_loads(tool: str) -> None:
+    main = (REPO_ROOT / "repro_py" / tool / "__main__.py").read_text()
+    assert main.index("one_blas_thread()") < main.index(f"from repro_py.{tool}.cli import")
+    proc = subprocess.run([sys.executable, "-c", f"import runpy, sys, os; sys.argv = ['{tool}', '--help'];\n"
+                           f"import builtins\ntry:\n runpy.run_module('repro_py.{tool}', run_name='__main__')\n"
+                           "except SystemExit:\n pass\nimport numpy\nprint(os.environ['OPENBLAS_NUM_THREADS'])"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert proc.stdout.strip().endswith("1"), proc.stdout[-500:] + proc.stderr[-2000:]
