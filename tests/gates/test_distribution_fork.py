@@ -18,29 +18,21 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = textwrap.dedent(
     """
-    import os, random, threading, time
+    import os, random, time
     from concurrent.futures import ThreadPoolExecutor
     from repro_py.gates.distribution import same_distribution
+    from tests.forking import start_forking
 
     rng = random.Random(0)
     def side():
         return {p: [[9841] + [rng.randrange(40) for _ in range(5)] for _ in range(150)] for p in ("a", "b", "c")}
     base, tested = side(), side()
-    stop = threading.Event()
-
-    def fork_repeatedly():  # what ansible-runner (pexpect) does to start each play
-        while not stop.is_set():
-            pid = os.fork()
-            if pid == 0:
-                os._exit(0)
-            os.waitpid(pid, 0)
-            time.sleep(0.005)
 
     def judge(_):
         return [same_distribution(base, tested, tokens=6, alpha=0.001, permutations=1999).p_value
                 for _ in range(8)]
 
-    threading.Thread(target=fork_repeatedly, daemon=True).start()
+    stop = start_forking()  # what ansible-runner (pexpect) does to start each play
     with ThreadPoolExecutor(3) as pool:
         futures = [pool.submit(judge, i) for i in range(3)]
         deadline = time.monotonic() + 90

@@ -20,31 +20,23 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = textwrap.dedent(
     """
-    import os, sys, threading, time
+    import os, sys, threading
     if sys.argv[1] == "one-thread":
         from repro_py.blasthreads import one_blas_thread
         one_blas_thread()
     import numpy as np
     from repro_py.tune.surrogate import GaussianProcess
+    from tests.forking import start_forking
 
     rng = np.random.default_rng(0)
     x, candidates = rng.random((200, 4)), rng.random((500, 4))  # a long run's observations, a space's candidates
     gp = GaussianProcess().fit(x, rng.random(200), np.full(200, 0.01))
-    stop = threading.Event()
-
-    def fork_repeatedly():  # what ansible-runner (pexpect) does to start each play
-        while not stop.is_set():
-            pid = os.fork()
-            if pid == 0:
-                os._exit(0)
-            os.waitpid(pid, 0)
-            time.sleep(0.005)
 
     def predict():
         for _ in range(40):
             gp.predict(candidates)
 
-    threading.Thread(target=fork_repeatedly, daemon=True).start()
+    stop = start_forking()  # what ansible-runner (pexpect) does to start each play
     worker = threading.Thread(target=predict, daemon=True)
     worker.start()
     worker.join(float(sys.argv[2]))
