@@ -133,7 +133,7 @@ finish() {  # finish RC: print the table, exit RC
         kill "$sampler_pid" 2>/dev/null
         # each container's CPU time when last seen, largest first
         [[ -s $samples ]] && awk '{ last[$1] = $2 } END { for (n in last) print last[n], n }' "$samples" | sort -rn \
-            | awk -v name="$name" '{ printf "%s: test host %s used %d CPU s\n", name, $2, $1 }' >> "$times"
+            | awk -v name="$name" '$1 > 0 { printf "%s: test host %s used %d CPU s\n", name, $2, $1 }' >> "$times"
         rm -f "$samples"
     fi
     echo "---- $name: stage times ----"
