@@ -48,8 +48,14 @@ CHILD = textwrap.dedent(
 
 
 def run_child(mode: str, watchdog_s: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", CHILD, mode, str(watchdog_s)], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=watchdog_s + 60, check=False)  # fmt: skip
+    """The child's own watchdog, or this one when the hang took the child's interpreter with it (a fork blocked
+    in OpenBLAS's fork handler holds the GIL, so the child's watchdog never runs): killed, it reads as a hang."""
+    cmd = [sys.executable, "-c", CHILD, mode, str(watchdog_s)]
+    try:
+        return subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=watchdog_s + 30,
+                              check=False)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(cmd, 3, "HUNG (killed: its own watchdog could not run)\n", "")
 
 
 def test_with_one_blas_thread_the_predictions_finish_beside_forks() -> None:
