@@ -92,26 +92,27 @@ stop_side() {
     side_pids=()
 }
 
-containers_cpu() {  # CPU seconds all podman containers have used (cgroup v1 cpuacct or v2 cpu.stat), or "?"
-    local f
-    for f in /sys/fs/cgroup/cpuacct/libpod_parent/cpuacct.usage /sys/fs/cgroup/cpu,cpuacct/libpod_parent/cpuacct.usage; do
-        [[ -r $f ]] && { echo $(( $(cat "$f") / 1000000000 )); return; }
-    done
-    f=/sys/fs/cgroup/machine.slice/cpu.stat
-    [[ -r $f ]] && { awk '$1 == "usage_usec" { printf "%.0f", $2 / 1e6 }' "$f"; return; }
-    echo "?"
+# The containers' CPU accounting: podman's cgroupfs manager on cgroup v1 (this machine's) puts
+# every container under one parent of the cpuacct hierarchy. Elsewhere the lines that need it
+# are left out.
+containers_cgroup=/sys/fs/cgroup/cpuacct/libpod_parent
+
+containers_cpu() {  # CPU seconds all podman containers have used so far, or "?"
+    local usage
+    read -r usage 2>/dev/null < "$containers_cgroup/cpuacct.usage" || { echo "?"; return; }
+    echo $((usage / 1000000000))
 }
 
 # Every 5 s, each running container's CPU time so far (its cgroup's cpuacct.usage; a
 # container is named once, when first seen), kept as "NAME SECONDS" lines: the last line
 # of a name is its CPU time when last seen (a container removed within 5 s of its last
-# sample loses that much). Only with cgroup v1's cpuacct (podman's cgroupfs manager).
+# sample loses that much).
 container_sampler() {  # container_sampler OUT
-    local out=$1 base=/sys/fs/cgroup/cpuacct/libpod_parent d id usage
+    local out=$1 d id usage
     declare -A names=()
-    [[ -d $base ]] || return 0
+    [[ -d $containers_cgroup ]] || return 0
     while sleep 5; do
-        for d in "$base"/libpod-*/; do
+        for d in "$containers_cgroup"/libpod-*/; do
             id=${d%/}; id=${id##*/libpod-}
             [[ -r $d/cpuacct.usage ]] || continue
             [[ -n ${names[$id]:-} ]] || names[$id]=$(podman inspect --format '{{.Name}}' "$id" 2>/dev/null || echo "${id:0:12}")

@@ -9,6 +9,7 @@ hangs, which shows that this test can fail.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -71,12 +72,25 @@ def test_without_it_the_same_predictions_hang_on_this_numpy() -> None:
     assert proc.returncode == 3 and "HUNG" in proc.stdout, proc.stdout + proc.stderr[-3000:]
 
 
+#: Runs ``python -m repro_py.<tool> --help`` in this process and reports what numpy found when it loaded.
+ENTRY = textwrap.dedent(
+    """
+    import os, runpy, sys
+    sys.argv = [sys.argv[1], "--help"]
+    try:
+        runpy.run_module(f"repro_py.{sys.argv[0]}", run_name="__main__")
+    except SystemExit:
+        pass
+    print("numpy loaded:", "numpy" in sys.modules, "OPENBLAS_NUM_THREADS:", os.environ.get("OPENBLAS_NUM_THREADS"))
+    """
+)
+
+
 @pytest.mark.parametrize("tool", ["tune", "sweep"])
 def test_the_entry_points_set_it_before_numpy_loads(tool: str) -> None:
     main = (REPO_ROOT / "repro_py" / tool / "__main__.py").read_text()
     assert main.index("one_blas_thread()") < main.index(f"from repro_py.{tool}.cli import")
-    proc = subprocess.run([sys.executable, "-c", f"import runpy, sys, os; sys.argv = ['{tool}', '--help'];\n"
-                           f"import builtins\ntry:\n runpy.run_module('repro_py.{tool}', run_name='__main__')\n"
-                           "except SystemExit:\n pass\nimport numpy\nprint(os.environ['OPENBLAS_NUM_THREADS'])"],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
-    assert proc.stdout.strip().endswith("1"), proc.stdout[-500:] + proc.stderr[-2000:]
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    proc = subprocess.run([sys.executable, "-c", ENTRY, tool], cwd=REPO_ROOT, env=env, capture_output=True,
+                          text=True, timeout=120, check=False)  # fmt: skip
+    assert "OPENBLAS_NUM_THREADS: 1" in proc.stdout, proc.stdout[-500:] + proc.stderr[-2000:]
