@@ -218,7 +218,7 @@ TEST_STAGES := setup lint manifest-check locks cpu-venv image wheelhouse unit de
 # results/rehearsal-RUN_ID), then the fleet (three test hosts of its own, sglang-fleet-1..3, on ports
 # nothing else uses), then ansible-test sanity (the venv only, a build and install of its own under /tmp);
 # side lane 2, once the unit tests have passed (two test workers of their own until then): host-checks
-# (its own bare host sglang-hostchecks, service port 33001, apt repository port 33002), then molecule (its
+# (its own bare host sglang-hostchecks, sshd 31042, service port 33001, apt repository port 33002), then molecule (its
 # own instance sglang-molecule, sshd 31012, service port 31011). A side-lane stage is a -run target that
 # rebuilds nothing: the prerequisites of `make rehearsal`, `make host-checks` and `make molecule` are
 # main-lane stages that have passed by then. The main lane's own reruns of the wheelhouse, and

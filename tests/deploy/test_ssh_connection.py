@@ -37,6 +37,21 @@ def test_inventory_local_uses_ssh_with_sudo_pipelining_and_control_persist():
     assert options["privilege_escalation"]["become_method"] == "sudo"
 
 
+
+def test_the_bare_host_checks_reach_their_host_as_inventory_local_does():
+    """tests/install/run-host-checks.sh converges its bare host over SSH as deploy with sudo, not through
+    ``podman exec`` (which cost each task about three times the CPU time, in podman and conmon); its port is
+    the one the script gives testhost/up.sh."""
+    hosts = yaml.safe_load((ROOT / "tests/install/hostchecks/hosts.yml").read_text())
+    host = hosts["all"]["children"]["sglang_servers"]["hosts"]["sglang-hostchecks"]
+    same = ("ansible_connection", "ansible_host", "ansible_user", "ansible_ssh_private_key_file",
+            "ansible_ssh_common_args", "ansible_python_interpreter")  # fmt: skip
+    assert {k: host.get(k) for k in same} == {k: HOSTVARS[k] for k in same}
+    script = (ROOT / "tests/install/run-host-checks.sh").read_text()
+    assert 'export HOSTCHECKS_SSH_PORT="${HOSTCHECKS_SSH_PORT:-31042}"' in script
+    assert 'TESTHOST_SSH_PORT="$HOSTCHECKS_SSH_PORT" timed boot testhost/up.sh' in script
+    assert "HOSTCHECKS_SSH_PORT" in host["ansible_port"] and "31042" in host["ansible_port"]
+
 @pytest.mark.testhost
 @pytest.mark.skipif(not wants_testhost(), reason="set SGLANG_TESTHOST=1 (the deployed test host)")
 def test_the_test_host_answers_over_ssh_and_becomes_root_through_sudo():

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The toolchain, driver and model side on a BARE Ubuntu 24.04 systemd host
-# (podman; the test-host image has no compiler, no Python headers, no
+# (podman, reached over SSH; the test-host image has no compiler, no Python headers, no
 # python3-venv), in `make test`:
 #   1. site.yml (inventory/local's variables; with CHECK_MODE=1 first --check
 #      --diff on the bare host) installs the host compiler and the
@@ -32,6 +32,7 @@
 #
 # Usage: tests/install/run-host-checks.sh        (KEEP=1 keeps the container, CHECK_MODE=1 adds --check)
 # Env:   CONTAINER (sglang-hostchecks), TESTHOST_IMAGE (testhost/common.sh),
+#        HOSTCHECKS_SSH_PORT (31042: its sshd on 127.0.0.1, as hostchecks/hosts.yml reaches it),
 #        REPO_PORT (33002; the service uses 33001), WHEELHOUSE (.whl), JIT_WHEELHOUSE (.whl-jit)
 set -euo pipefail
 
@@ -40,6 +41,7 @@ cd "$root"
 # shellcheck source=testhost/common.sh
 . "$root/testhost/common.sh"
 export CONTAINER="${CONTAINER:-sglang-hostchecks}"
+export HOSTCHECKS_SSH_PORT="${HOSTCHECKS_SSH_PORT:-31042}"
 export WHEELHOUSE="${WHEELHOUSE:-$root/.whl}"
 jit_wheelhouse="${JIT_WHEELHOUSE:-$root/.whl-jit}"
 repo_port="${REPO_PORT:-33002}"
@@ -98,7 +100,8 @@ cleanup() {
 }
 trap cleanup EXIT
 # GPU stand-ins of a B300 (compute capability 10.3, NVSwitch fabric registered) for the NVSwitch checks.
-TESTHOST_GPU_PROFILE=b300 timed boot testhost/up.sh "$CONTAINER"
+# The plays reach it over SSH as a GPU host (hostchecks/hosts.yml); podman exec only inspects and breaks it.
+TESTHOST_GPU_PROFILE=b300 TESTHOST_SSH_PORT="$HOSTCHECKS_SSH_PORT" timed boot testhost/up.sh "$CONTAINER"
 in_host sh -c 'command -v gcc || command -v cc || ls /usr/include/python3.12/Python.h' >/dev/null 2>&1 \
     && fail "the image is not bare: it has a compiler or Python headers already"
 
