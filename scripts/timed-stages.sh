@@ -94,8 +94,10 @@ stop_side() {
 
 # The containers' CPU accounting: podman's cgroupfs manager on cgroup v1 (this machine's) puts
 # every container under one parent of the cpuacct hierarchy. Elsewhere the lines that need it
-# are left out.
-containers_cgroup=/sys/fs/cgroup/cpuacct/libpod_parent
+# are left out. (TIMED_STAGES_CGROUP and TIMED_STAGES_SAMPLE_S stand in for the path and the
+# 5 s sampling interval in tests/layout/test_timed_stages.py.)
+containers_cgroup=${TIMED_STAGES_CGROUP:-/sys/fs/cgroup/cpuacct/libpod_parent}
+sample_s=${TIMED_STAGES_SAMPLE_S:-5}
 
 containers_cpu() {  # CPU seconds all podman containers have used so far, or "?"
     local usage
@@ -103,21 +105,27 @@ containers_cpu() {  # CPU seconds all podman containers have used so far, or "?"
     echo $((usage / 1000000000))
 }
 
-# Every 5 s, each running container's CPU time so far (its cgroup's cpuacct.usage; a
-# container is named once, when first seen), kept as "NAME SECONDS" lines: the last line
-# of a name is its CPU time when last seen (a container removed within 5 s of its last
-# sample loses that much).
+# Every $sample_s s, the CPU time each container has used since the run started (its
+# cgroup's cpuacct.usage less what it was at the start: the cgroup of a container removed
+# before the run stays behind with its old count, and one running already has used some),
+# kept as "ID NAME SECONDS" lines (a container is named once, when first seen): the last
+# line of an ID is its CPU time when last seen (a container removed within one interval of
+# its last sample loses that much). finish sums the IDs of one name (a host made again).
 container_sampler() {  # container_sampler OUT
     local out=$1 d id usage
-    declare -A names=()
+    declare -A names=() base=()
     [[ -d $containers_cgroup ]] || return 0
-    while sleep 5; do
+    for d in "$containers_cgroup"/libpod-*/; do
+        id=${d%/}; id=${id##*/libpod-}
+        read -r usage 2>/dev/null < "$d/cpuacct.usage" && base[$id]=$usage
+    done
+    while sleep "$sample_s"; do
         for d in "$containers_cgroup"/libpod-*/; do
             id=${d%/}; id=${id##*/libpod-}
             [[ -r $d/cpuacct.usage ]] || continue
             [[ -n ${names[$id]:-} ]] || names[$id]=$(podman inspect --format '{{.Name}}' "$id" 2>/dev/null || echo "${id:0:12}")
             read -r usage < "$d/cpuacct.usage" || continue
-            echo "${names[$id]} $((usage / 1000000000))"
+            echo "$id ${names[$id]} $(( (usage - ${base[$id]:-0}) / 1000000000 ))"
         done >> "$out"
     done
 }
@@ -132,8 +140,9 @@ finish() {  # finish RC: print the table, exit RC
         [[ $c1 != "?" && $all_containers != "?" ]] && echo ", $((c1 - all_containers)) CPU s of them in test-host containers")" >> "$times"
     if [[ -n ${sampler_pid:-} ]]; then
         kill "$sampler_pid" 2>/dev/null
-        # each container's CPU time when last seen, largest first
-        [[ -s $samples ]] && awk '{ last[$1] = $2 } END { for (n in last) print last[n], n }' "$samples" | sort -rn \
+        # each container's CPU time over the run when last seen, summed per name, largest first
+        [[ -s $samples ]] && awk '{ last[$1] = $3; name[$1] = $2 } END { for (i in last) sum[name[i]] += last[i]
+                                   for (n in sum) print sum[n], n }' "$samples" | sort -rn \
             | awk -v name="$name" '$1 > 0 { printf "%s: test host %s used %d CPU s\n", name, $2, $1 }' >> "$times"
         rm -f "$samples"
     fi

@@ -3,6 +3,7 @@ failed side lane fails the run, bad lane arguments are refused naming the value,
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -63,3 +64,40 @@ def test_each_stage_reports_the_cpu_time_of_its_own_processes_and_the_run_the_ma
     assert burn and nap, times
     assert int(burn.group(1)) >= 1 and int(nap.group(1)) == 0, times
     assert re.search(r"T: the machine's \d+ CPUs were busy \d+ CPU s in all \(\d+%\)", times), times
+
+
+def test_each_test_host_is_counted_for_what_it_used_during_the_run(tmp_path: Path) -> None:
+    """A container's line is the CPU time it used during the run, from its cgroup: the cgroup a container removed
+    before the run left behind (its old count frozen) is not listed, one running already counts from the run's
+    start, and two containers of one name (a host made again) are one line, their times added."""
+    cg = tmp_path / "cgroup"
+    gone, running, first, again = (cg / f"libpod-{c * 64}" for c in "abcd")
+    for d, usage in ((cg, 0), (gone, 300 * 10**9), (running, 40 * 10**9)):
+        d.mkdir(parents=True)
+        (d / "cpuacct.usage").write_text(f"{usage}\n")
+    # the stage: "running" uses 3 CPU s, a host appears and uses 2, is made again (a new ID) and uses 4
+    stage = f"""import pathlib, shutil, time
+def put(d, n):
+    d.mkdir(exist_ok=True)
+    (d / "cpuacct.usage").write_text(f"{{n * 10**9}}\\n")  # a line, as the kernel writes it
+put(pathlib.Path("{running}"), 43)
+put(pathlib.Path("{first}"), 2)
+time.sleep(1.5)
+put(pathlib.Path("{again}"), 4)
+time.sleep(1.5)
+"""
+    (tmp_path / "stage.py").write_text(stage)
+    (tmp_path / "Makefile").write_text(MAKEFILE + "hosts:\n\t@python3 stage.py\n")
+    # no podman here: a container is named by its ID's first 12 characters; make "first" and "again" one name
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "podman").write_text(f"#!/bin/sh\ncase \"$*\" in *{'c' * 64}*|*{'d' * 64}*) echo host-x;; *) exit 1;; esac\n")
+    (fake / "podman").chmod(0o755)
+    env = {**os.environ, "TIMED_STAGES_CGROUP": str(cg), "TIMED_STAGES_SAMPLE_S": "0.5",
+           "PATH": f"{fake}:{os.environ['PATH']}"}  # fmt: skip
+    proc = subprocess.run([str(SCRIPT), "T", str(tmp_path / "t.txt"), "hosts"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60, check=False, env=env)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    times = (tmp_path / "t.txt").read_text()
+    hosts = re.findall(r"T: test host (\S+) used (\d+) CPU s", times)
+    assert hosts == [("host-x", "6"), ("b" * 12, "3")], times
