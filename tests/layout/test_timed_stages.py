@@ -91,7 +91,8 @@ time.sleep(1.5)
     # no podman here: a container is named by its ID's first 12 characters; make "first" and "again" one name
     fake = tmp_path / "bin"
     fake.mkdir()
-    (fake / "podman").write_text(f"#!/bin/sh\ncase \"$*\" in *{'c' * 64}*|*{'d' * 64}*) echo host-x;; *) exit 1;; esac\n")
+    named = f"*{'c' * 64}*|*{'d' * 64}*"
+    (fake / "podman").write_text(f"#!/bin/sh\ncase \"$*\" in {named}) echo host-x;; *) exit 1;; esac\n")
     (fake / "podman").chmod(0o755)
     env = {**os.environ, "TIMED_STAGES_CGROUP": str(cg), "TIMED_STAGES_SAMPLE_S": "0.5",
            "PATH": f"{fake}:{os.environ['PATH']}"}  # fmt: skip
