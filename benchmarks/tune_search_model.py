@@ -22,6 +22,10 @@ Per space and objective, side by side in one run on the same seeds:
   trend in log2 budget);
 * **random**: as many configs as the tuner's budget less the restore, drawn without
   replacement, each measured once with the same noise, the best measured winning;
+* **random, same obligations**: random search that spends the budget as the tuner must before
+  it draws: the restore, the autoregressive baseline (the lossless reference no winner can be
+  gated without) and the inventory's current config (what a write-back is judged against), the
+  rest drawn as above from the other configs; the baseline and the current config can win too;
 * **grid**: every config of the space measured once with the same noise, the best measured
   winning (at more than three times the budget): how much of the target the noise leaves
   when nothing is left unmeasured, a reference level for the searches (not a bound).
@@ -77,9 +81,13 @@ def tuner_winner(
     return won.label, outcome.restarts, budget
 
 
-def random_winner(truth: dict[str, float], n: int, seed: int, args: argparse.Namespace) -> str:
+def random_winner(
+    truth: dict[str, float], n: int, seed: int, args: argparse.Namespace, *, first: tuple[str, ...] = ()
+) -> str:
+    """The best measured of ``first`` and ``n`` configs drawn from the others, each measured once."""
     rng = random.Random(f"random:{seed}")
-    drawn = rng.sample(sorted(truth), min(n, len(truth)))
+    others = [lb for lb in sorted(truth) if lb not in first]
+    drawn = [*first, *rng.sample(others, max(0, min(n, len(others))))]
     per_repeat = args.cv / math.sqrt(3)  # three repeats at the full length
     measured = {lb: truth[lb] * (1 + rng.gauss(0, args.restart_cv)) * (1 + rng.gauss(0, per_repeat)) for lb in drawn}
     return max(measured, key=lambda lb: measured[lb])
@@ -114,15 +122,17 @@ def main(argv: list[str] | None = None) -> int:
         f"restart; seeds {seeds.start}..{seeds.stop - 1}; a hit: within {args.within:.0%} of the model's best "
         + ("at the prompt's length" if args.at_prompt else "over the generation")
     )
-    print("| space | objective | budget | tuner | previous | random | grid (every config once) |")
-    print("|---|---|---:|---:|---:|---:|---:|")
-    totals = {"tuner": 0, "previous": 0, "random": 0, "grid": 0}
+    print("| space | objective | budget | tuner | previous | random | random, same obligations "
+          "| grid (every config once) |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    arms = ("tuner", "previous", "random", "obliged", "grid")
+    totals = dict.fromkeys(arms, 0)
     runs = 0
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             for objective in objectives:
-                hits = {"tuner": 0, "previous": 0, "random": 0, "grid": 0}
+                hits = dict.fromkeys(arms, 0)
                 budget = 0
                 for seed in seeds:
                     root = Path(tmp) / f"{name}-{objective}-{seed}"
@@ -138,17 +148,22 @@ def main(argv: list[str] | None = None) -> int:
                     }  # fmt: skip
                     best = max(truth.values())
                     rand = random_winner(truth, budget - 1, seed, args)
+                    baseline = next(c.label for c in probe.search.space.configs if c.spec.algorithm == "none")
+                    assert probe.search.default is not None
+                    obliged = random_winner(truth, budget - 3, seed, args, first=(baseline, probe.search.default.label))
                     grid = random_winner(truth, len(truth), seed, args)
-                    for arm, label in (("tuner", won), ("previous", old), ("random", rand), ("grid", grid)):
+                    picks = (("tuner", won), ("previous", old), ("random", rand), ("obliged", obliged), ("grid", grid))
+                    for arm, label in picks:
                         hits[arm] += label is not None and truth[label] >= (1 - args.within) * best
                 n = len(seeds)
-                print(f"| {name} | {objective} | {budget} | {hits['tuner']}/{n} | {hits['previous']}/{n} | "
-                      f"{hits['random']}/{n} | {hits['grid']}/{n} |", flush=True)  # fmt: skip
+                print(f"| {name} | {objective} | {budget} | " + " | ".join(f"{hits[a]}/{n}" for a in arms) + " |",
+                      flush=True)  # fmt: skip
                 for arm in totals:
                     totals[arm] += hits[arm]
                 runs += n
     print(f"\nwithin {args.within:.0%} of the model's best: tuner {totals['tuner']}/{runs}, previous "
-          f"{totals['previous']}/{runs}, random {totals['random']}/{runs}; the grid, every config once "
+          f"{totals['previous']}/{runs}, random {totals['random']}/{runs}, random with the tuner's obligations "
+          f"{totals['obliged']}/{runs}; the grid, every config once "
           f"{totals['grid']}/{runs}; {time.monotonic() - t0:.0f} s")  # fmt: skip
     return 0
 
