@@ -109,11 +109,13 @@ containers_cpu() {  # CPU seconds all podman containers have used so far, or "?"
 # cgroup's cpuacct.usage less what it was at the start: the cgroup of a container removed
 # before the run stays behind with its old count, and one running already has used some),
 # kept as "ID NAME SECONDS" lines (a container is named once, when first seen): the last
-# line of an ID is its CPU time when last seen (a container removed within one interval of
-# its last sample loses that much). finish sums the IDs of one name (a host made again).
+# line of an ID is its CPU time when last seen, the count before kept where the count went
+# down (a container stopped and started again: its cgroup made anew, counting from 0); a
+# container stopped or removed within one interval of its last sample loses that much.
+# finish adds up the IDs of one name (a host made again).
 container_sampler() {  # container_sampler OUT
-    local out=$1 d id usage
-    declare -A names=() base=()
+    local out=$1 d id usage ref
+    declare -A names=() base=() prev=() carry=()
     [[ -d $containers_cgroup ]] || return 0
     for d in "$containers_cgroup"/libpod-*/; do
         id=${d%/}; id=${id##*/libpod-}
@@ -125,7 +127,12 @@ container_sampler() {  # container_sampler OUT
             [[ -r $d/cpuacct.usage ]] || continue
             [[ -n ${names[$id]:-} ]] || names[$id]=$(podman inspect --format '{{.Name}}' "$id" 2>/dev/null || echo "${id:0:12}")
             read -r usage < "$d/cpuacct.usage" || continue
-            echo "$id ${names[$id]} $(( (usage - ${base[$id]:-0}) / 1000000000 ))"
+            ref=${prev[$id]:-${base[$id]:-0}}
+            if (( usage < ref )); then  # stopped and started again: a new cgroup, counting from 0
+                carry[$id]=$(( ${carry[$id]:-0} + ref - ${base[$id]:-0} )) base[$id]=0
+            fi
+            prev[$id]=$usage
+            echo "$id ${names[$id]} $(( (${carry[$id]:-0} + usage - ${base[$id]:-0}) / 1000000000 ))"
         done >> "$out"
     done
 }

@@ -69,13 +69,15 @@ def test_each_stage_reports_the_cpu_time_of_its_own_processes_and_the_run_the_ma
 def test_each_test_host_is_counted_for_what_it_used_during_the_run(tmp_path: Path) -> None:
     """A container's line is the CPU time it used during the run, from its cgroup: the cgroup a container removed
     before the run left behind (its old count frozen) is not listed, one running already counts from the run's
-    start, and two containers of one name (a host made again) are one line, their times added."""
+    start (and keeps that count when it is stopped and started again, its cgroup counting from 0), and two
+    containers of one name (a host made again) are one line, their times added."""
     cg = tmp_path / "cgroup"
     gone, running, first, again = (cg / f"libpod-{c * 64}" for c in "abcd")
     for d, usage in ((cg, 0), (gone, 300 * 10**9), (running, 40 * 10**9)):
         d.mkdir(parents=True)
         (d / "cpuacct.usage").write_text(f"{usage}\n")
-    # the stage: "running" uses 3 CPU s, a host appears and uses 2, is made again (a new ID) and uses 4
+    # the stage: "running" uses 3 CPU s, is stopped and started (its count from 0) and uses 5; a host appears and
+    # uses 2, is made again (a new ID) and uses 4
     stage = f"""import pathlib, shutil, time
 def put(d, n):
     d.mkdir(exist_ok=True)
@@ -84,6 +86,7 @@ put(pathlib.Path("{running}"), 43)
 put(pathlib.Path("{first}"), 2)
 time.sleep(1.5)
 put(pathlib.Path("{again}"), 4)
+put(pathlib.Path("{running}"), 5)
 time.sleep(1.5)
 """
     (tmp_path / "stage.py").write_text(stage)
@@ -101,4 +104,4 @@ time.sleep(1.5)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     times = (tmp_path / "t.txt").read_text()
     hosts = re.findall(r"T: test host (\S+) used (\d+) CPU s", times)
-    assert hosts == [("host-x", "6"), ("b" * 12, "3")], times
+    assert hosts == [("b" * 12, "8"), ("host-x", "6")], times
