@@ -37,7 +37,6 @@ def test_inventory_local_uses_ssh_with_sudo_pipelining_and_control_persist():
     assert options["privilege_escalation"]["become_method"] == "sudo"
 
 
-
 def test_the_bare_host_checks_reach_their_host_as_inventory_local_does():
     """tests/install/run-host-checks.sh converges its bare host over SSH as deploy with sudo, not through
     ``podman exec`` (which cost each task about three times the CPU time, in podman and conmon); its port is
@@ -51,6 +50,7 @@ def test_the_bare_host_checks_reach_their_host_as_inventory_local_does():
     assert 'export HOSTCHECKS_SSH_PORT="${HOSTCHECKS_SSH_PORT:-31042}"' in script
     assert 'TESTHOST_SSH_PORT="$HOSTCHECKS_SSH_PORT" timed boot testhost/up.sh' in script
     assert "HOSTCHECKS_SSH_PORT" in host["ansible_port"] and "31042" in host["ansible_port"]
+
 
 @pytest.mark.testhost
 @pytest.mark.skipif(not wants_testhost(), reason="set SGLANG_TESTHOST=1 (the deployed test host)")

@@ -95,7 +95,7 @@ time.sleep(1.5)
     fake = tmp_path / "bin"
     fake.mkdir()
     named = f"*{'c' * 64}*|*{'d' * 64}*"
-    (fake / "podman").write_text(f"#!/bin/sh\ncase \"$*\" in {named}) echo host-x;; *) exit 1;; esac\n")
+    (fake / "podman").write_text(f'#!/bin/sh\ncase "$*" in {named}) echo host-x;; *) exit 1;; esac\n')
     (fake / "podman").chmod(0o755)
     env = {**os.environ, "TIMED_STAGES_CGROUP": str(cg), "TIMED_STAGES_SAMPLE_S": "0.5",
            "PATH": f"{fake}:{os.environ['PATH']}"}  # fmt: skip
