@@ -35,8 +35,8 @@ export PYTHONUNBUFFERED := 1
 APT_PACKAGES := podman runc debootstrap patch bubblewrap gnupg dpkg-dev openssh-client
 
 .PHONY: help demo test setup system-packages venv cpu-venv image testhost wheelhouse deploy sweep tune \
-        lint sanity manifest manifest-check locks unit host-checks host-checks-run molecule molecule-run molecule-e2e-tune-run service-checks service-checks-run deploy-run \
-        e2e e2e-run e2e-sweep-run e2e-tune rehearsal rehearsal-run clean-testhost fleet-hosts fleet fleet-run clean-fleet-hosts
+        lint sanity manifest manifest-check locks unit host-checks host-checks-run molecule molecule-run service-checks service-checks-run deploy-run \
+        e2e e2e-run rehearsal rehearsal-run clean-testhost fleet-hosts fleet fleet-run clean-fleet-hosts
 
 help:
 	@sed -n '2,7p' Makefile
@@ -172,16 +172,6 @@ molecule: setup image wheelhouse
 molecule-run: venv
 	$(BIN)/molecule test
 
-# make test's side lane 2: `molecule test` without its last destroy, then the tuner's end-to-end test on the
-# instance molecule has just converged and verified (tests/e2e/molecule-inventory: molecule's own variables),
-# then molecule's destroy whatever the test's outcome; the main lane's test host runs only the sweep's.
-molecule-e2e-tune-run: venv
-	$(BIN)/molecule test --destroy never || { $(BIN)/molecule destroy; exit 1; }
-	rc=0; SGLANG_TESTHOST=1 SWEEP_E2E_RESULTS=$(RESULTS) TUNE_E2E_INVENTORY=tests/e2e/molecule-inventory \
-	  MOLECULE_PROJECT_DIRECTORY=$(ROOT) MOLECULE_SCENARIO_DIRECTORY=$(ROOT)/molecule/default \
-	  $(PY) -m pytest -q -p no:cacheprovider -s tests/e2e/test_tune_testhost.py || rc=$$?; \
-	  $(BIN)/molecule destroy; exit $$rc
-
 # The operator's path, executed (tests/rehearsal/): REPRODUCE.md's command blocks as written
 # on a bare Ubuntu 24.04 controller and host, each in a network namespace of its own
 # (local mirrors of the NVIDIA repository, the Python index and the Hub; GPU stand-ins;
@@ -213,37 +203,31 @@ service-checks-run: venv
 e2e: deploy
 	$(MAKE) --no-print-directory e2e-run
 
-# Only the tuner's end-to-end test (make e2e runs it with the sweep's).
-e2e-tune: deploy
-	SGLANG_TESTHOST=1 SWEEP_E2E_RESULTS=$(RESULTS) $(PY) -m pytest -q -p no:cacheprovider tests/e2e/test_tune_testhost.py
-
 e2e-run: venv
 	SGLANG_TESTHOST=1 SWEEP_E2E_RESULTS=$(RESULTS) $(PY) -m pytest -q -p no:cacheprovider -s tests/e2e
 
-# Only the sweep's end-to-end test, on the deployed test host (make test: the tuner's runs in side lane 2).
-e2e-sweep-run: venv
-	SGLANG_TESTHOST=1 SWEEP_E2E_RESULTS=$(RESULTS) $(PY) -m pytest -q -p no:cacheprovider -s \
-	  tests/e2e/test_sweep_testhost.py
-
-# Every stage in order, each timed; the times go to results/stage-times.txt.
-TEST_STAGES := setup lint manifest-check locks cpu-venv image wheelhouse unit deploy service-checks-run e2e-sweep-run
-# Stages with test hosts of their own run in two side lanes beside the main lane (scripts/timed-stages.sh):
-# side lane 1, once the wheelhouse has passed: the rehearsal (its own host container operator-testhost on
-# the podman network operator-rehearsal, its own controller container and mirrors, results under
-# results/rehearsal-RUN_ID), then the fleet (three test hosts of its own, sglang-fleet-1..3, on ports
-# nothing else uses), then ansible-test sanity (the venv only, a build and install of its own under /tmp);
-# side lane 2, once the unit tests have passed (two test workers of their own until then): host-checks
-# (its own bare host sglang-hostchecks, sshd 31042, service port 33001, apt repository port 33002), then molecule (its
-# own instance sglang-molecule, sshd 31012, service port 31011) and the tuner's end-to-end test on that instance
-# before molecule destroys it (the main lane's e2e stage runs the sweep's only). A side-lane stage is a -run target that
-# rebuilds nothing: the prerequisites of `make rehearsal`, `make host-checks` and `make molecule` are
-# main-lane stages that have passed by then. The main lane's own reruns of the wheelhouse, and
-# host-checks' own, change nothing on disk (scripts/build-wheelhouse.sh).
-SIDE_LANE_1 := rehearsal-run fleet-run sanity
-SIDE_LANE_2 := host-checks-run molecule-e2e-tune-run
+# Every stage in order, each timed; the times go to results/stage-times.txt. The main lane: the setup, the
+# checks, the unit tests, then molecule (its own instance sglang-molecule, sshd 31012, service port 31011); a failed
+# main-lane stage stops the side lanes. Stages with test hosts of their own run in three side lanes beside it, each
+# started once the wheelhouse has passed (scripts/timed-stages.sh), so that the machine's two cores are busy while
+# any lane waits on a host:
+# side lane 1: the main test host sglang-testhost (sshd 31022, service port 31001): up, site.yml, the service
+# checks, the sweep's end-to-end test;
+# side lane 2: the rehearsal (its own host container operator-testhost on the podman network operator-rehearsal,
+# its own controller container and mirrors, results under results/rehearsal-RUN_ID), then ansible-test sanity
+# (the venv only, a build and install of its own under /tmp);
+# side lane 3: the fleet (three test hosts of its own, sglang-fleet-1..3, on ports nothing else uses; the tuner's
+# end-to-end run on test hosts, interrupted and resumed), then host-checks (its own bare host sglang-hostchecks,
+# sshd 31042, service port 33001, apt repository port 33002).
+# A side-lane stage rebuilds nothing: setup, image and the wheelhouse have passed by then; the reruns of the
+# wheelhouse by `make testhost` and by host-checks change nothing on disk (scripts/build-wheelhouse.sh).
+TEST_STAGES := setup image wheelhouse lint manifest-check locks cpu-venv unit molecule-run
+SIDE_LANE_1 := testhost deploy-run service-checks-run e2e-run
+SIDE_LANE_2 := rehearsal-run sanity
+SIDE_LANE_3 := fleet-run host-checks-run
 test:
 	@$(TIMED_STAGES) 'make test' $(RESULTS)/stage-times.txt '$(TEST_STAGES)' '$(SIDE_LANE_1)' wheelhouse \
-	  '$(SIDE_LANE_2)' unit
+	  '$(SIDE_LANE_2)' wheelhouse '$(SIDE_LANE_3)' wheelhouse
 
 clean-testhost:
 	testhost/down.sh sglang-testhost || true

@@ -1,25 +1,17 @@
-"""What `make test`'s lanes run on which test host: the tuner's end-to-end test runs once, in side lane 2 on
-molecule's instance between `molecule test --destroy never` and `molecule destroy` (destroyed whatever the test's
-outcome), not on the main lane's host after the sweep's. The recipe is run by make itself with its commands
-replaced by recorders (``BIN``/``PY`` pointed at a directory of stand-ins), so its order and its failure paths
-are what is checked, not its text."""
+"""What `make test`'s lanes run: every stage once, in one lane; every test file once, by one stage; each side lane
+started once the wheelhouse has passed; the tuner's end-to-end run on test hosts once, on the fleet (interrupted and
+resumed there), not again on molecule's instance or the main test host. Read from make itself (``make -pn`` for the
+lanes, ``make -n STAGE`` for what a stage runs), not from the Makefile's text."""
 
 from __future__ import annotations
 
-import os
+import re
+import shlex
 import subprocess
 from pathlib import Path
 
-import pytest
-import yaml
-
 ROOT = Path(__file__).resolve().parents[2]
-RECORDER = """#!/bin/sh
-echo "$(basename "$0") $* | TUNE_E2E_INVENTORY=${TUNE_E2E_INVENTORY:-} \
-MOLECULE_SCENARIO_DIRECTORY=${MOLECULE_SCENARIO_DIRECTORY:-}" >> "$CALLS"
-case "$(basename "$0") $*" in *"$FAIL_ON"*) [ -n "$FAIL_ON" ] && exit 3;; esac
-exit 0
-"""
+LANES = ("TEST_STAGES", "SIDE_LANE_1", "SIDE_LANE_2", "SIDE_LANE_3")
 
 
 def make_vars(*names: str) -> dict[str, str]:
@@ -33,59 +25,58 @@ def make_vars(*names: str) -> dict[str, str]:
     return found
 
 
-def run_recipe(tmp_path: Path, fail_on: str = "") -> tuple[subprocess.CompletedProcess[str], list[str]]:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    for name in ("molecule", "python"):
-        (bin_dir / name).write_text(RECORDER)
-        (bin_dir / name).chmod(0o755)
-    calls = tmp_path / "calls.txt"
-    calls.unlink(missing_ok=True)
-    env = {**os.environ, "CALLS": str(calls), "FAIL_ON": fail_on}
-    proc = subprocess.run(["make", "--no-print-directory", "molecule-e2e-tune-run", f"BIN={bin_dir}",
-                           f"PY={bin_dir / 'python'}", f"RESULTS={tmp_path / 'results'}", "-o", "venv"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
-    return proc, calls.read_text().splitlines() if calls.exists() else []
+def dry_run(stage: str) -> str:
+    """The commands ``make STAGE`` runs, its prerequisites' own left out (``-o`` for each of them)."""
+    return subprocess.run(["make", "-n", "--no-print-directory", "-o", "venv", "-o", "image", "-o", "system-packages",
+                           stage], cwd=ROOT, capture_output=True, text=True, timeout=60, check=True).stdout  # fmt: skip
 
 
-def test_the_tuners_end_to_end_test_runs_once_on_molecules_instance_not_in_the_main_lane() -> None:
-    lanes = make_vars("TEST_STAGES", "SIDE_LANE_1", "SIDE_LANE_2")
-    assert "e2e-run" not in lanes["TEST_STAGES"].split() and "e2e-sweep-run" in lanes["TEST_STAGES"].split()
-    assert "molecule-e2e-tune-run" in lanes["SIDE_LANE_2"].split()
-    assert "molecule-run" not in f"{lanes['SIDE_LANE_1']} {lanes['SIDE_LANE_2']}".split()
-    dry = subprocess.run(["make", "-n", "e2e-sweep-run"], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                         check=True).stdout  # fmt: skip
-    assert "tests/e2e/test_sweep_testhost.py" in dry and "test_tune_testhost" not in dry
+def files_run_by(commands: str) -> set[str]:
+    """The test files and directories the pytest calls in ``commands`` name, directories expanded to their files."""
+    files: set[str] = set()
+    for call in re.findall(r"-m pytest\b.*?(?:\n(?!\s)|$)", commands.replace("\\\n", " "), re.S):
+        for word in call.split():
+            path = ROOT / word
+            if word.startswith("tests/") and path.is_dir():
+                files |= {str(p.relative_to(ROOT)) for p in path.rglob("test_*.py")}
+            elif word.startswith("tests/") and word.endswith(".py"):
+                files.add(word)
+    return files
 
 
-def test_the_molecule_inventory_is_molecules_own_variables() -> None:
-    inv = ROOT / "tests/e2e/molecule-inventory"
-    assert (inv / "group_vars").resolve() == (ROOT / "inventory/local/group_vars").resolve()
-    assert (inv / "host_vars").resolve() == (ROOT / "molecule/default/host_vars").resolve()
-    hosts = yaml.safe_load((inv / "hosts.yml").read_text())
-    molecule = yaml.safe_load((ROOT / "molecule/default/molecule.yml").read_text())
-    assert list(hosts["all"]["children"]["sglang_servers"]["hosts"]) == [p["name"] for p in molecule["platforms"]]
+def test_every_stage_runs_once_and_every_side_lane_starts_after_the_wheelhouse() -> None:
+    lanes = make_vars(*LANES)
+    assert set(lanes) == set(LANES), lanes
+    stages = [s for name in LANES for s in lanes[name].split()]
+    assert len(stages) == len(set(stages)), stages
+    recipe = subprocess.run(["make", "-n", "test"], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                            check=True).stdout  # fmt: skip
+    # scripts/timed-stages.sh NAME TIMES 'MAIN' ['SIDE' AFTER]...
+    words = shlex.split(recipe.replace("\\\n", " "))
+    args = words[words.index("scripts/timed-stages.sh") + 3 :]
+    assert args == [lanes["TEST_STAGES"], *(w for name in LANES[1:] for w in (lanes[name], "wheelhouse"))], recipe
+    main = lanes["TEST_STAGES"].split()
+    assert main[: main.index("wheelhouse") + 1] == ["setup", "image", "wheelhouse"]
 
 
-def test_molecule_test_then_the_tuner_then_the_destroy(tmp_path: Path) -> None:
-    proc, calls = run_recipe(tmp_path)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert [c.split(" | ")[0].split()[:3] for c in calls] == [
-        ["molecule", "test", "--destroy"], ["python", "-m", "pytest"], ["molecule", "destroy"]]  # fmt: skip
-    assert "never" in calls[0] and "tests/e2e/test_tune_testhost.py" in calls[1]
-    assert "TUNE_E2E_INVENTORY=tests/e2e/molecule-inventory" in calls[1]
-    assert f"MOLECULE_SCENARIO_DIRECTORY={ROOT}/molecule/default" in calls[1]
+def test_no_test_file_is_run_by_two_stages() -> None:
+    lanes = make_vars(*LANES)
+    seen: dict[str, str] = {}
+    for stage in (s for lane in lanes.values() for s in lane.split()):
+        for path in files_run_by(dry_run(stage)):
+            assert path not in seen, f"{path} is run by {seen[path]} and {stage}"
+            seen[path] = stage
+    assert "tests/fleet/test_fleet_tune_testhost.py" in seen and "tests/e2e/test_sweep_testhost.py" in seen, seen
 
 
-@pytest.mark.parametrize(
-    ("fail_on", "ran"),
-    [
-        ("-m pytest", ["molecule test", "python -m", "molecule destroy"]),
-        ("molecule test", ["molecule test", "molecule destroy"]),
-    ],
-    ids=["tuner-test-fails", "molecule-test-fails"],
-)
-def test_a_failure_fails_the_stage_and_the_instance_is_destroyed(tmp_path: Path, fail_on: str, ran: list[str]) -> None:
-    proc, calls = run_recipe(tmp_path, fail_on=fail_on)
-    assert proc.returncode != 0
-    assert [" ".join(c.split(" | ")[0].split()[:2]) for c in calls] == ran
+def test_the_tuner_runs_end_to_end_on_test_hosts_only_on_the_fleet_and_in_the_rehearsal() -> None:
+    lanes = make_vars(*LANES)
+    tuners = set()
+    for stage in (s for lane in lanes.values() for s in lane.split()):
+        for path in files_run_by(dry_run(stage)):
+            on_hosts = "testhost" in path or path.startswith(("tests/fleet/", "tests/rehearsal/", "tests/e2e/"))
+            if on_hosts and re.search(r"""["']repro_py\.tune["']""", (ROOT / path).read_text(encoding="utf-8")):
+                tuners.add(path)
+    # the fleet's: through production's path, interrupted and resumed; the rehearsal's: the operator's vaulted
+    # inventory
+    assert tuners == {"tests/fleet/test_fleet_tune_testhost.py", "tests/rehearsal/test_rehearsal.py"}, tuners

@@ -8,9 +8,10 @@ of which fails (ct200's to start, b300's its lossless gate), with both losslessn
 on the keyed server (ct200's on the default --lossless-restart separate, b300's shared); the gates (the sampled one
 against that sweep's baseline samples) and the benchmark by hand with the key from the vault. ct200 also runs the
 tuner with --lossless-restart shared at the smallest budget that mode accepts, 5 restarts (the baseline, the
-inventory's config twice, one candidate, the restore) and collect.yml; b300 does not repeat them, since both read an
+inventory's config twice, one candidate, the restore); b300 does not repeat it, since both read an
 inventory, its vault and its overlay the same way and neither reads what differs between the two (the GPUs, the
-fabric, the lossless mode of the sweep). Neither key may appear in a
+fabric, the lossless mode of the sweep). collect.yml through a vaulted inventory is REPRODUCE.md's step 6
+(test_reproduce.py checks its checksums on the host). Neither key may appear in a
 result, plan, log, artifact, the host's journal or any process's command line. ct200 adds the attention-backend
 refusal on its SM120 GPUs and a host leased to another run; b300 runs on B300 stand-ins with the NVSwitch fabric.
 
@@ -72,8 +73,9 @@ BENCH = ["--bench-contexts", "60", "--bench-concurrency", "1", "--repeats", "1",
 LOSSLESS = {"ct200": ("separate", "own"), "b300": ("shared", "shared")}
 #: The tuner with --lossless-restart shared at the smallest budget that mode accepts (5: the baseline, the
 #: current config and its repeated restart, one candidate, the restore); its figures do not matter here, the
-#: operator's path through it (vault, keys, lease, restore) does. The default mode's budget (8) and counting
-#: are the end-to-end tuner test's (tests/e2e/test_tune_testhost.py).
+#: operator's path through it (vault, keys, lease, restore) does. The tuner through production's path, interrupted
+#: and resumed, is the fleet's test (tests/fleet/test_fleet_tune_testhost.py); the default mode's counting is
+#: tests/tune/test_lossless_restart.py's.
 TUNE = ["--objective", "single-stream", "--max-restarts", "5", "--lossless-restart", "shared", "--screen-tokens",
         "16", "--max-tokens", "32", "--repeats", "1", "--no-write"]  # fmt: skip
 #: The OpenAI client's default request (no temperature: sglang's 1.0), which readiness demands be answered.
@@ -105,8 +107,8 @@ def timed(name: str, started: float) -> None:
     print(f"rehearsal: {name} {TIMES[name]} s")
 
 
-def tune_and_collect(inventory: str, results: Path, play: list[str], tool: list[str], logs: Path) -> None:
-    """The tuner (--lossless-restart shared, 5 restarts) and collect.yml through the inventory, vaulted."""
+def tune(inventory: str, results: Path, tool: list[str], logs: Path) -> None:
+    """The tuner (--lossless-restart shared, 5 restarts) through the inventory, vaulted."""
     t = time.monotonic()
     space = results / f"{inventory}-space.yml"
     space.write_text(yaml.safe_dump(SPACE))
@@ -118,17 +120,8 @@ def tune_and_collect(inventory: str, results: Path, play: list[str], tool: list[
     assert "restart budget reached: 4 of 5 restarts used plus the final restore" in out, out[-2000:]
     timed(f"{inventory} tuner (5 restarts, --lossless-restart shared)", t)
 
-    t = time.monotonic()
-    env_dir = results / f"{inventory}-env"
-    run([*play, "playbooks/collect.yml", "-e", f"collect_dest={env_dir}"], logs / "collect.log")
-    host = f"{inventory}.example.internal"
-    checksums = json.loads((env_dir / host / "model-checksums.json").read_text())
-    assert set(checksums["dirs"]) == {"/models/Kimi-K2.6", "/models/Kimi-K2.6-DFlash"}
-    assert in_host("sh", "-c", "cd / && sha256sum -c -", stdin=(env_dir / host / "models.sha256").read_text())
-    timed(f"{inventory} collect.yml", t)
 
-
-def rehearse(inventory: str, address: str, results: Path, *, tuner_and_collect: bool) -> None:
+def rehearse(inventory: str, address: str, results: Path, *, tuner: bool) -> None:
     key, admin = vault_keys(inventory)
     play = [str(BIN / "ansible-playbook"), "-i", *sources(inventory), *VAULT]
     tool = [sys.executable, "-m"]
@@ -178,8 +171,8 @@ def rehearse(inventory: str, address: str, results: Path, *, tuner_and_collect: 
         assert check.returncode == 0
         timed(f"{inventory} sweep (4 configs, --lossless-restart {mode})", t)
 
-        if tuner_and_collect:
-            tune_and_collect(inventory, results, play, tool, logs)
+        if tuner:
+            tune(inventory, results, tool, logs)
 
         t = time.monotonic()
         gates = results / f"{inventory}-gates.json"
@@ -209,7 +202,7 @@ def rehearse(inventory: str, address: str, results: Path, *, tuner_and_collect: 
 
 def test_ct200(weights: str, results_root: Path) -> None:
     testhost = weights
-    rehearse("ct200", testhost, results_root, tuner_and_collect=True)
+    rehearse("ct200", testhost, results_root, tuner=True)
     key, _ = vault_keys("ct200")
     logs = results_root / "ct200-logs"
     play = [str(BIN / "ansible-playbook"), "-i", *sources("ct200"), *VAULT]
@@ -245,7 +238,7 @@ def test_b300(weights: str, results_root: Path) -> None:
     testhost = weights
     # B300 SXM6 stand-ins (compute capability 10.3); fabric manager and NVLSM: REPRODUCE.md step 0's, else stand-ins
     gpu_profile("b300", fabric=in_host("sh", "-c", "command -v nv-fabricmanager || true").strip() == "")
-    rehearse("b300", testhost, results_root, tuner_and_collect=False)
+    rehearse("b300", testhost, results_root, tuner=False)
     site = " ".join((results_root / "b300-logs" / "site.log").read_text().split())
     driver = json.loads(in_host("cat", "/etc/fake-nvidia/state.json"))["driver_version"]
     assert f"fabric manager {driver} (/usr/bin/nv-fabricmanager) active, 8 GPUs registered with the fabric" in site

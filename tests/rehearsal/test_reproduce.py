@@ -325,6 +325,10 @@ def check_outcome(session: Session, clone: str) -> None:
     checksums = json.loads(session.raw(f"cat {env_dir}/model-checksums.json").stdout)
     revisions = {d["revision"] for d in checksums["dirs"].values()}
     assert revisions == {HF_SHA}, revisions  # collect.yml read the pinned revision the download left
+    assert set(checksums["dirs"]) == {"/models/Kimi-K2.6", "/models/Kimi-K2.6-DFlash"}, sorted(checksums["dirs"])
+    # its models.sha256, as REPRODUCE.md says to check it: on the host, from /
+    sums = session.raw(f"cat {env_dir}/models.sha256").stdout
+    assert sums.strip() and in_host("sh", "-c", "cd / && sha256sum -c -", stdin=sums)
     runs = session.raw(f"ls -d {clone}/results/*/configs | sort").stdout.split()
     assert len(runs) == 2, runs  # step 5's lossless sweep, then step 7's (Ctrl-C, --resume)
     status = "import json, sys; print([json.load(open(p))[\"status\"] for p in sys.argv[1:]])"
