@@ -206,28 +206,27 @@ e2e: deploy
 e2e-run: venv
 	SGLANG_TESTHOST=1 SWEEP_E2E_RESULTS=$(RESULTS) $(PY) -m pytest -q -p no:cacheprovider -s tests/e2e
 
-# Every stage in order, each timed; the times go to results/stage-times.txt. The main lane: the setup, the
-# checks, the unit tests, then molecule (its own instance sglang-molecule, sshd 31012, service port 31011); a failed
-# main-lane stage stops the side lanes. Stages with test hosts of their own run in three side lanes beside it, each
-# started once the wheelhouse has passed (scripts/timed-stages.sh), so that the machine's two cores are busy while
-# any lane waits on a host:
-# side lane 1: the main test host sglang-testhost (sshd 31022, service port 31001): up, site.yml, the service
-# checks, the sweep's end-to-end test;
-# side lane 2: the rehearsal (its own host container operator-testhost on the podman network operator-rehearsal,
-# its own controller container and mirrors, results under results/rehearsal-RUN_ID), then ansible-test sanity
-# (the venv only, a build and install of its own under /tmp);
-# side lane 3: the fleet (three test hosts of its own, sglang-fleet-1..3, on ports nothing else uses; the tuner's
-# end-to-end run on test hosts, interrupted and resumed), then host-checks (its own bare host sglang-hostchecks,
-# sshd 31042, service port 33001, apt repository port 33002).
-# A side-lane stage rebuilds nothing: setup, image and the wheelhouse have passed by then; the reruns of the
-# wheelhouse by `make testhost` and by host-checks change nothing on disk (scripts/build-wheelhouse.sh).
-TEST_STAGES := setup image wheelhouse lint manifest-check locks cpu-venv unit molecule-run
-SIDE_LANE_1 := testhost deploy-run service-checks-run e2e-run
-SIDE_LANE_2 := rehearsal-run sanity
-SIDE_LANE_3 := fleet-run host-checks-run
+# Every stage in order, each timed; the times go to results/stage-times.txt. The main lane: the setup, the unit
+# tests, then the main test host sglang-testhost (sshd 31022, service port 31001): up, site.yml, the service checks,
+# the sweep's end-to-end test; a failed main-lane stage stops the side lanes. Stages with test hosts of their own
+# run in two side lanes beside it (scripts/timed-stages.sh):
+# side lane 1, once the wheelhouse has passed: the rehearsal (its own host container operator-testhost on the
+# podman network operator-rehearsal, its own controller container and mirrors, results under
+# results/rehearsal-RUN_ID), then the fleet (three test hosts of its own, sglang-fleet-1..3, on ports nothing else
+# uses; the tuner's end-to-end run on test hosts, interrupted and resumed);
+# side lane 2, once the unit tests have passed (two test workers of their own until then: the unit tests beside
+# more test hosts starve the hosts, whose containers share one cgroup's CPU): the checks that need no test host
+# (lint, the manifest, the locks), host-checks (its own bare host sglang-hostchecks, sshd 31042, service port
+# 33001, apt repository port 33002), molecule (its own instance sglang-molecule, sshd 31012, service port 31011),
+# then ansible-test sanity (the venv only, a build and install of its own under /tmp).
+# A side-lane stage rebuilds nothing: setup, image and the wheelhouse have passed by then; host-checks' own rerun
+# of the wheelhouse changes nothing on disk (scripts/build-wheelhouse.sh).
+TEST_STAGES := setup cpu-venv image wheelhouse unit testhost deploy-run service-checks-run e2e-run
+SIDE_LANE_1 := rehearsal-run fleet-run
+SIDE_LANE_2 := lint manifest-check locks host-checks-run molecule-run sanity
 test:
 	@$(TIMED_STAGES) 'make test' $(RESULTS)/stage-times.txt '$(TEST_STAGES)' '$(SIDE_LANE_1)' wheelhouse \
-	  '$(SIDE_LANE_2)' wheelhouse '$(SIDE_LANE_3)' wheelhouse
+	  '$(SIDE_LANE_2)' unit
 
 clean-testhost:
 	testhost/down.sh sglang-testhost || true

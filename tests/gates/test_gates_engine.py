@@ -145,7 +145,9 @@ def test_cli_reference_roundtrip(engine_factory: Factory, tmp_path: Path) -> Non
                             capture_output=True, text=True, cwd=REPO_ROOT, timeout=300, check=False)
     assert second.returncode == 1
     assert "speculative_ddtree_budget" in second.stdout and "server log: 1 lines scanned, clean" in second.stdout
-    assert "sampled:     PASS same_distribution: p=" in second.stdout
+    judged = json.loads(out.read_text()) if out.exists() else {}
+    # the whole verdict (its reason, p-value, requests) when it fails: a line cut short says too little
+    assert "sampled:     PASS same_distribution: p=" in second.stdout, (second.stdout, judged.get("sampled"))
     swept = tmp_path / "sampled-reference.json"  # as a sweep keeps it in its run directory
     swept.write_text(json.dumps({"label": "baseline", "config": {"algorithm": "none"},
                                  "reference": json.loads(drawn.read_text())}))  # fmt: skip

@@ -1,5 +1,6 @@
-"""What `make test`'s lanes run: every stage once, in one lane; every test file once, by one stage; each side lane
-started once the wheelhouse has passed; the tuner's end-to-end run on test hosts once, on the fleet (interrupted and
+"""What `make test`'s lanes run: every stage once, in one lane; every test file once, by one stage; side lane 1
+started once the wheelhouse has passed, side lane 2 once the unit tests have (no more test hosts beside the unit
+tests than the rehearsal's); the tuner's end-to-end run on test hosts once, on the fleet (interrupted and
 resumed there), not again on molecule's instance or the main test host. Read from make itself (``make -pn`` for the
 lanes, ``make -n STAGE`` for what a stage runs), not from the Makefile's text."""
 
@@ -11,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-LANES = ("TEST_STAGES", "SIDE_LANE_1", "SIDE_LANE_2", "SIDE_LANE_3")
+LANES = ("TEST_STAGES", "SIDE_LANE_1", "SIDE_LANE_2")
 
 
 def make_vars(*names: str) -> dict[str, str]:
@@ -44,7 +45,7 @@ def files_run_by(commands: str) -> set[str]:
     return files
 
 
-def test_every_stage_runs_once_and_every_side_lane_starts_after_the_wheelhouse() -> None:
+def test_every_stage_runs_once_and_the_side_lanes_start_after_the_wheelhouse_and_the_unit_tests() -> None:
     lanes = make_vars(*LANES)
     assert set(lanes) == set(LANES), lanes
     stages = [s for name in LANES for s in lanes[name].split()]
@@ -54,9 +55,11 @@ def test_every_stage_runs_once_and_every_side_lane_starts_after_the_wheelhouse()
     # scripts/timed-stages.sh NAME TIMES 'MAIN' ['SIDE' AFTER]...
     words = shlex.split(recipe.replace("\\\n", " "))
     args = words[words.index("scripts/timed-stages.sh") + 3 :]
-    assert args == [lanes["TEST_STAGES"], *(w for name in LANES[1:] for w in (lanes[name], "wheelhouse"))], recipe
+    assert args == [lanes["TEST_STAGES"], lanes["SIDE_LANE_1"], "wheelhouse", lanes["SIDE_LANE_2"], "unit"], recipe
     main = lanes["TEST_STAGES"].split()
-    assert main[: main.index("wheelhouse") + 1] == ["setup", "image", "wheelhouse"]
+    assert main.index("wheelhouse") < main.index("unit") < main.index("deploy-run")
+    # beside the unit tests only the rehearsal's hosts: the fleet comes after it, the other hosts after the unit tests
+    assert lanes["SIDE_LANE_1"].split()[0] == "rehearsal-run", lanes
 
 
 def test_no_test_file_is_run_by_two_stages() -> None:
