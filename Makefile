@@ -216,12 +216,12 @@ e2e-run: venv
 # uses; the tuner's end-to-end run on test hosts, interrupted and resumed);
 # side lane 2, once the unit tests have passed (two test workers of their own until then: the unit tests beside
 # more test hosts starve the hosts, whose containers share one cgroup's CPU): the checks that need no test host
-# (lint, the manifest, the locks), host-checks (its own bare host sglang-hostchecks, sshd 31042, service port
+# (lint, the manifest, the locks), host-checks (its own bare host sglang-hostchecks, sshd 33003, service port
 # 33001, apt repository port 33002), molecule (its own instance sglang-molecule, sshd 31012, service port 31011),
 # then ansible-test sanity (the venv only, a build and install of its own under /tmp).
 # A side-lane stage rebuilds nothing: setup, image and the wheelhouse have passed by then; host-checks' own rerun
 # of the wheelhouse changes nothing on disk (scripts/build-wheelhouse.sh).
-TEST_STAGES := setup cpu-venv image wheelhouse unit testhost deploy-run service-checks-run e2e-run
+TEST_STAGES := setup image wheelhouse cpu-venv unit testhost deploy-run service-checks-run e2e-run
 SIDE_LANE_1 := rehearsal-run fleet-run
 SIDE_LANE_2 := lint manifest-check locks host-checks-run molecule-run sanity
 test:
