@@ -62,24 +62,27 @@ def test_every_stage_runs_once_and_the_side_lanes_start_after_the_wheelhouse_and
     assert lanes["SIDE_LANE_1"].split()[0] == "rehearsal-run", lanes
 
 
-def test_no_test_file_is_run_by_two_stages() -> None:
+def files_by_stage() -> dict[str, set[str]]:
+    """Every stage of the three lanes -> the test files its pytest calls name."""
     lanes = make_vars(*LANES)
+    return {stage: files_run_by(dry_run(stage)) for lane in lanes.values() for stage in lane.split()}
+
+
+def test_no_test_file_is_run_by_two_stages() -> None:
     seen: dict[str, str] = {}
-    for stage in (s for lane in lanes.values() for s in lane.split()):
-        for path in files_run_by(dry_run(stage)):
+    for stage, paths in files_by_stage().items():
+        for path in paths:
             assert path not in seen, f"{path} is run by {seen[path]} and {stage}"
             seen[path] = stage
     assert "tests/fleet/test_fleet_tune_testhost.py" in seen and "tests/e2e/test_sweep_testhost.py" in seen, seen
 
 
 def test_the_tuner_runs_end_to_end_on_test_hosts_only_on_the_fleet_and_in_the_rehearsal() -> None:
-    lanes = make_vars(*LANES)
     tuners = set()
-    for stage in (s for lane in lanes.values() for s in lane.split()):
-        for path in files_run_by(dry_run(stage)):
-            on_hosts = "testhost" in path or path.startswith(("tests/fleet/", "tests/rehearsal/", "tests/e2e/"))
-            if on_hosts and re.search(r"""["']repro_py\.tune["']""", (ROOT / path).read_text(encoding="utf-8")):
-                tuners.add(path)
+    for path in set().union(*files_by_stage().values()):
+        on_hosts = "testhost" in path or path.startswith(("tests/fleet/", "tests/rehearsal/", "tests/e2e/"))
+        if on_hosts and re.search(r"""["']repro_py\.tune["']""", (ROOT / path).read_text(encoding="utf-8")):
+            tuners.add(path)
     # the fleet's: through production's path, interrupted and resumed; the rehearsal's: the operator's vaulted
     # inventory
     assert tuners == {"tests/fleet/test_fleet_tune_testhost.py", "tests/rehearsal/test_rehearsal.py"}, tuners

@@ -326,7 +326,7 @@ def check_outcome(session: Session, clone: str) -> None:
     revisions = {d["revision"] for d in checksums["dirs"].values()}
     assert revisions == {HF_SHA}, revisions  # collect.yml read the pinned revision the download left
     assert set(checksums["dirs"]) == {"/models/Kimi-K2.6", "/models/Kimi-K2.6-DFlash"}, sorted(checksums["dirs"])
-    # its models.sha256, as REPRODUCE.md says to check it: on the host, from /
+    # its models.sha256 (absolute paths) accepted by `sha256sum -c` on the host the weights are on
     sums = session.raw(f"cat {env_dir}/models.sha256").stdout
     assert sums.strip() and in_host("sh", "-c", "cd / && sha256sum -c -", stdin=sums)
     runs = session.raw(f"ls -d {clone}/results/*/configs | sort").stdout.split()
