@@ -27,13 +27,20 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
 from repro_py.report.tables import Run, cell_rows, sim_speed
 from repro_py.simmark import SIM_MARK, sim_note, speed_text
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend (no display), imported on the first plot: it is half of a CLI's
+    start-up, and most commands (``--help``, a plan, a resume that only reports) draw nothing (public: the
+    tuner's plots use it too)."""
+    import matplotlib  # noqa: PLC0415 (heavy; only when a plot is drawn)
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (heavy; only when a plot is drawn)
+
+    return plt
 
 
 def figure_title(text: str, run: Run) -> str:
@@ -84,7 +91,7 @@ def finish_figure(fig: Any, path: Path, run: Run) -> Path:
     if run.figures_label:
         title += f"; {run.figures_label}"
     fig.savefig(tmp, format="png", dpi=110, metadata={"Title": title})
-    plt.close(fig)
+    pyplot().close(fig)
     tmp.replace(path)
     return path
 
@@ -97,7 +104,7 @@ def _empty(ax: Any, text: str) -> None:
 
 def tps_vs_concurrency(run: Run, path: Path) -> Path:
     contexts = run.contexts or [0]
-    fig, axes = plt.subplots(
+    fig, axes = pyplot().subplots(
         1, len(contexts), figsize=(4.2 * len(contexts) + 2.5, 4.4), squeeze=False, layout="constrained"
     )
     series: dict[tuple[int, str], list[tuple[int, float]]] = defaultdict(list)
@@ -145,7 +152,7 @@ def acceptance_vs_budget(run: Run, path: Path) -> Path:
     contexts, conc = run.contexts, run.concurrency
     short = contexts[0] if contexts else None
     low = conc[0] if conc else None
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    fig, ax = pyplot().subplots(figsize=(6.5, 4.2))
     by_topk: dict[tuple[object, object, object, float | None], list[tuple[int, float]]] = defaultdict(list)
     flat: list[tuple[str, float]] = []
     failed: list[tuple[str, int, float]] = []
@@ -201,7 +208,7 @@ def pareto_front(points: Sequence[tuple[str, float, float]]) -> list[tuple[str, 
 
 
 def pareto(run: Run, table: Sequence[Mapping[str, Any]], path: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(6.5, 4.8))
+    fig, ax = pyplot().subplots(figsize=(6.5, 4.8))
     ok_points: list[tuple[str, float, float]] = []
     bad_points: list[tuple[str, float, float]] = []
     for row in table:

@@ -11,12 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
-from repro_py.report.plots import figure_title, finish_figure
+from repro_py.report.plots import figure_title, finish_figure, pyplot
 from repro_py.report.tables import load_run
 
 _FATE_STYLE = {
@@ -41,7 +36,7 @@ def search_plot(doc: dict[str, Any], run_path: Path, path: Path) -> Path:
     run = load_run(run_path)
     objectives = doc["settings"]["objectives"]
     ladder = [r["name"] for r in doc["settings"]["ladder"]]
-    fig, axes = plt.subplots(
+    fig, axes = pyplot().subplots(
         len(objectives), 1, figsize=(9, 3.4 * len(objectives)), squeeze=False, layout="constrained"
     )
     winners = {w["objective"]: w for w in doc["winners"]}
@@ -90,7 +85,7 @@ def surrogate_plot(doc: dict[str, Any], run_path: Path, path: Path) -> Path:
     run = load_run(run_path)
     objectives = doc["settings"]["objectives"]
     screen = doc["settings"]["ladder"][0]["name"]
-    fig, axes = plt.subplots(
+    fig, axes = pyplot().subplots(
         1, len(objectives), figsize=(5.5 * len(objectives), 4.2), squeeze=False, layout="constrained"
     )
     for ax, obj in zip(axes[0], objectives, strict=True):

@@ -30,7 +30,7 @@ def _tasks(doc: Any) -> list[dict[str, Any]]:
 
 LONG = [
     ("roles/python_env/tasks/install.yml", "Start the install of the lock", "python_env_install_timeout"),
-    ("roles/preflight/tasks/jit.yml", "Start the compile of triton's driver.c", "preflight_jit_timeout"),
+    ("roles/preflight/tasks/jit.yml", "Go on waiting for the compile as an async job", "preflight_jit_timeout"),
     ("playbooks/collect.yml", "Start the checksums of the model and drafter files", "collect_checksum_timeout"),
 ]
 

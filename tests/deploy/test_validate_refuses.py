@@ -30,6 +30,7 @@ BAD_INPUTS = [
     (["-e", "sglang_service_port=80"], "sglang_service_port=80 is out of range; allowed 1024..65535"),
     (["-e", "sglang_service_tp_size=0"], "sglang_service_tp_size=0 is out of range; allowed 1..64"),
     (["-e", "sglang_service_sync_wait_s=99"], "sglang_service_sync_wait_s=99 is out of range; allowed 0..30"),
+    (["-e", "preflight_jit_sync_wait_s=31"], "jit_sync_wait_s=31 (seconds, 0..30)"),
     (
         ["-e", "sglang_service_engine=vllm"],
         "value of sglang_service_engine must be one of: sglang, simulated, got: vllm",  # the argument spec's check

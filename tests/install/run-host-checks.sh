@@ -71,6 +71,11 @@ refused() {  # name expected-text command...   (must fail, saying expected-text)
     tr -s ' \n' ' ' < "$log/$name.log" | grep -qF -- "$want" || { tail -40 "$log/$name.log"; fail "$name: no '$want'"; }
     step "$name: refused as expected ($((SECONDS - t0)) s)"
 }
+# The outcome (ok, skipping, changed, fatal) of the last run of the task whose name contains $2 in step $1's log.
+task_outcome() {
+    awk -v t="$2" 'index($0, "TASK [") && index($0, t) { f = 1; next }
+                   f && /^(ok|skipping|changed|fatal|failed):/ { o = $1; sub(/:$/, "", o); f = 0 } END { print o }' "$log/$1.log"
+}
 changed_count() { grep -E "^sglang-hostchecks +:" "$log/$1.log" | sed -E 's/.*changed=([0-9]+).*/\1/'; }
 in_host() { podman exec "$CONTAINER" "$@"; }
 in_host_stdin() { podman exec -i "$CONTAINER" "$@"; }
@@ -123,9 +128,17 @@ grep -oE "JIT check passed (as uid|before)[^\"]*" "$log/site-2.log" | head -1
 # What a sweep runs per config: the version gate (the JIT check cached) and the service.
 timed reconfigure "${play[@]}" playbooks/reconfigure.yml
 grep -q "JIT check passed before with the same inputs (cached" "$log/reconfigure.log" || fail "reconfigure: the JIT check was not cached"
+# A cached check ends within the start's own round trip: no async job, no poll.
+[[ "$(task_outcome reconfigure "Go on waiting for the compile")" == skipping ]] \
+    || fail "reconfigure: the cached JIT check went on as an async job"
 cuda_home=$(in_host sh -c '. /etc/sglang-deploy/cuda-toolkit.env && echo $CUDA_HOME')
 in_host mv "$cuda_home/include/curand_kernel.h" /root/curand_kernel.h.moved
-refused jit-without-curand "curand_kernel.h: No such file or directory" "${play[@]}" playbooks/reconfigure.yml
+# With no wait in the start's round trip the compile goes on in systemd and the async job attaches to that run:
+# its failure still names the compiler's error.
+refused jit-without-curand "curand_kernel.h: No such file or directory" "${play[@]}" playbooks/reconfigure.yml \
+    -e preflight_jit_sync_wait_s=0
+[[ "$(task_outcome jit-without-curand "Go on waiting for the compile")" == ok ]] \
+    || fail "jit-without-curand: the JIT check did not go on as an async job"
 in_host mv /root/curand_kernel.h.moved "$cuda_home/include/curand_kernel.h"
 
 # --- 2. the apt methods against a local signed repository

@@ -189,6 +189,71 @@ def test_transient_unit_keeps_the_service_section_and_replaces_the_process(tmp_p
         usr.transient_unit(unit, "x", ["true"], 1, Path("/x"))
 
 
+class FakeSystemd:
+    """systemctl as the launcher calls it: the unit's states in order (the last one stays), and the calls made."""
+
+    def __init__(self, states: list[str], out: Path, result: str = "success", status: str = "0") -> None:
+        self.states, self.out, self.calls = states, out, []  # type: list[str], Path, list[list[str]]
+        self.result, self.status = result, status
+
+    def __call__(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        self.calls.append(list(args))
+        text = ""
+        if args[0] == "show" and "-pActiveState" in args:
+            job, active = (self.states.pop(0) if len(self.states) > 1 else self.states[0]).split("/")
+            text = f"Job={job}\nActiveState={active}\n"
+        elif args[0] == "show":
+            text = f"Result={self.result}\nExecMainStatus={self.status}\nInvocationID=abc\n"
+        elif args[0] == "start":
+            self.out.write_text(json.dumps({"ok": True, "cached": True}))
+        return subprocess.CompletedProcess(list(args), 0, text, "")
+
+
+def test_the_launcher_reports_a_quick_check_at_once_and_leaves_a_long_one_to_attach(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A check that ends within --sync-limit (a cached one) is reported by the start itself; one that does not
+    is left running in systemd ({"pending": true}, the unit kept), and --attach waits for that same run without
+    starting it again, reports it and removes the unit."""
+    usr = load_path("unit_sandbox_run", FILES / "unit_sandbox_run.py")
+    monkeypatch.setattr(usr, "RUN_DIR", tmp_path / "run")
+    monkeypatch.setattr(usr, "OUT_DIR", tmp_path / "out")
+    (tmp_path / "run").mkdir()
+    unit = tmp_path / "sglang.service"
+    unit.write_text(UNIT)
+    start = ["--unit-file", str(unit), "--name", "sglang-jit-check", "--timeout", "900", "--sync-limit", "0.3",
+             "--", "/v/bin/python", "/c.py"]
+    transient = tmp_path / "run" / "sglang-jit-check.service"
+    out = tmp_path / "out" / "sglang-jit-check.out"
+
+    quick = FakeSystemd(["5/inactive", "/activating", "/inactive"], out)
+    monkeypatch.setattr(usr, "systemctl", quick)
+    assert usr.main(start) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert "pending" not in report and report["rc"] == 0 and report["result"] == "success", report
+    assert json.loads(report["stdout"]) == {"ok": True, "cached": True}
+    assert ["start", "--no-block", "sglang-jit-check.service"] in quick.calls
+    assert ["stop", "sglang-jit-check.service"] in quick.calls and not transient.exists() and not out.exists()
+
+    long = FakeSystemd(["/activating"], out)
+    monkeypatch.setattr(usr, "systemctl", long)
+    assert usr.main(start) == 0
+    assert json.loads(capsys.readouterr().out)["pending"] is True
+    assert transient.exists() and not [c for c in long.calls if c[0] in ("stop", "reset-failed")], long.calls
+
+    attach = FakeSystemd(["/activating", "/activating", "/failed"], out, result="exit-code", status="1")
+    monkeypatch.setattr(usr, "systemctl", attach)
+    monkeypatch.setattr(usr.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, "nvcc: error\n", ""))
+    assert usr.main(["--attach", "--name", "sglang-jit-check", "--timeout", "900"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["rc"] == 1 and report["result"] == "exit-code" and "nvcc: error" in report["journal"], report
+    assert not [c for c in attach.calls if c[0] == "start"], attach.calls  # the same run, never started again
+    assert not transient.exists()
+
+    # nothing to attach to: said, not waited for
+    assert usr.main(["--attach", "--name", "sglang-jit-check", "--timeout", "900"]) == 1
+    assert "no run to attach to" in json.loads(capsys.readouterr().out)["error"]
+
+
 @pytest.mark.parametrize(
     ("cap", "flag"),
     [("12.0", "compute_120f,code=sm_120f"), ("10.3", "compute_103a,code=sm_103a"),
