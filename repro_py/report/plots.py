@@ -22,6 +22,7 @@ annotation carries its own factor, so figures are never mixed silently.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -31,6 +32,7 @@ from repro_py.report.tables import Run, cell_rows, sim_speed
 from repro_py.simmark import SIM_MARK, sim_note, speed_text
 
 
+@functools.cache
 def pyplot() -> Any:
     """matplotlib's pyplot on the Agg backend (no display), imported on the first plot: it is half of a CLI's
     start-up, and most commands (``--help``, a plan, a resume that only reports) draw nothing (public: the

@@ -103,18 +103,17 @@ def show(unit: str, *names: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
-def wait_settled(state: Callable[[], dict[str, str]], limit: float, *, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> bool:
+def wait_settled(state: Callable[[], dict[str, str]], limit: float) -> bool:
     """Poll until the run is over or `limit` seconds have passed (quickly at first, a cached check ends within a
     second, then every 2 s); True when it is over."""
-    deadline, pause = clock() + limit, 0.1
+    deadline, pause = time.monotonic() + limit, 0.1
     while True:
         if settled(state()):
             return True
-        left = deadline - clock()
+        left = deadline - time.monotonic()
         if left <= 0:
             return False
-        sleep(min(pause, left))
+        time.sleep(min(pause, left))
         pause = min(pause * 2, 2.0)
 
 
