@@ -9,13 +9,17 @@ config of a small grid, twice over, each a real restart. Prints per play::
     ready       the new server's start -> ready, as the readiness check measured it
                 (the simulated engine's load + warmup + the first requests)
     overhead    wall - ready: everything the play adds around the engine
+    cpu         the CPU time of the play: on the controller (ansible-playbook and every
+                process it waited for) and in the test hosts' containers (podman's common
+                cgroup, --cgroup; "n/a" where there is none, e.g. a real host)
     tasks       tasks executed on the host / skipped / run on the controller only
 
-then the median overhead and the median task count. The target of the
-configuration contract is a median overhead <= 10 s over SSH; the figures
-printed are this machine's, over the connection the inventory names (podman
-exec for inventory/local), with the simulated engine: they say nothing about a
-GPU host's load time, only about the play around it.
+then the medians. The target of the configuration contract is a median
+overhead <= 10 s over SSH; the figures printed are this machine's, over the
+connection the inventory names (SSH for inventory/local), with the simulated
+engine: they say nothing about a GPU host's load time, only about the play
+around it. The container figure counts every test host on the machine, so run
+it with nothing else using them.
 
 Usage::
 
@@ -27,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -42,6 +47,9 @@ from repro_py.sweep.grid import PlannedConfig, validate_config  # noqa: E402
 from repro_py.sweep.inventory import load_target  # noqa: E402
 from repro_py.sweep.lease import HostLease, LeaseRefused, ansible_play_runner  # noqa: E402
 from repro_py.sweep.reconfigure import AnsibleReconfigurer, read_events  # noqa: E402
+
+#: podman's cgroupfs manager on cgroup v1 puts every container here (scripts/timed-stages.sh reads the same)
+CONTAINERS_CGROUP = Path("/sys/fs/cgroup/cpuacct/libpod_parent/cpuacct.usage")
 
 GRID: list[dict[str, object]] = [
     {"algorithm": "ddtree", "budget": 8, "topk": 4, "window": 2048, "block_size": 8},
@@ -72,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--inventory", type=Path, default=ROOT / "inventory" / "local")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    p.add_argument("--cgroup", type=Path, default=CONTAINERS_CGROUP,
+                   help="a cpuacct.usage file (ns) counting the test hosts' CPU")
     args = p.parse_args(argv)
 
     target = load_target(args.inventory)
@@ -87,23 +97,41 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     reconf.lease_vars = lease.extravars()
     try:
-        run_rounds(reconf, configs, args.rounds, rows)
+        run_rounds(reconf, configs, args.rounds, rows, args.cgroup)
     finally:
         print(lease.release(), flush=True)
     return summarize(rows, target.hostvars.get("ansible_connection", "ssh"), args.json)
 
 
+def children_cpu_s() -> float:
+    """User + system CPU seconds of every child process this one has waited for."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def cgroup_cpu_s(path: Path) -> float | None:
+    try:
+        return int(path.read_text()) / 1e9
+    except (OSError, ValueError):
+        return None
+
+
 def run_rounds(
-    reconf: AnsibleReconfigurer, configs: list[PlannedConfig], rounds: int, rows: list[dict[str, object]]
+    reconf: AnsibleReconfigurer, configs: list[PlannedConfig], rounds: int, rows: list[dict[str, object]],
+    cgroup: Path,
 ) -> None:
     """Each config once per round, each a real restart; one row per play (printed as it ends)."""
     with tempfile.TemporaryDirectory(prefix="reconfigure-overhead.") as tmp:
         for rnd in range(rounds):
             for cfg in configs:
                 private = Path(tmp) / f"r{rnd}-{cfg.label}"
+                cpu0, host0 = children_cpu_s(), cgroup_cpu_s(cgroup)
                 started = time.monotonic()
                 out = reconf.reconfigure(cfg, private, threading.Event())
                 wall = time.monotonic() - started
+                host1 = cgroup_cpu_s(cgroup)
+                controller_cpu = children_cpu_s() - cpu0
+                host_cpu = host1 - host0 if host0 is not None and host1 is not None else None
                 # the outcome names its artifacts relative to the private dir's grandparent
                 counts = task_counts(private.parent.parent / out.artifacts) if out.artifacts else Counter()
                 executed = counts["ok"] + counts["changed"] + counts["failed"]
@@ -113,6 +141,8 @@ def run_rounds(
                     "wall_s": round(wall, 2),
                     "ready_s": out.time_to_ready_s,
                     "overhead_s": round(wall - out.time_to_ready_s, 2) if out.time_to_ready_s is not None else None,
+                    "controller_cpu_s": round(controller_cpu, 2),
+                    "host_cpu_s": round(host_cpu, 2) if host_cpu is not None else None,
                     "tasks_executed": executed,
                     "tasks_skipped": counts["skipped"],
                     "tasks_started": counts["started"],
@@ -121,6 +151,7 @@ def run_rounds(
                 print(
                     f"{cfg.label:28s} {out.status:10s} wall {wall:7.1f} s  ready {out.time_to_ready_s or 0:6.1f} s  "
                     f"overhead {row['overhead_s'] if row['overhead_s'] is not None else 'n/a':>7} s  "
+                    f"cpu {controller_cpu:5.2f} + {host_cpu if host_cpu is not None else 'n/a':>5} s  "
                     f"tasks {executed} executed / {counts['skipped']} skipped",
                     flush=True,
                 )
@@ -143,11 +174,18 @@ def summarize(rows: list[dict[str, object]], conn: object, json_path: Path | Non
     med_over = statistics.median(float(r["overhead_s"]) for r in good)  # type: ignore[arg-type]
     med_tasks = statistics.median(int(r["tasks_executed"]) for r in good)  # type: ignore[call-overload]
     med_wall = statistics.median(float(r["wall_s"]) for r in good)  # type: ignore[arg-type]
+    med_ctl = statistics.median(float(r["controller_cpu_s"]) for r in good)  # type: ignore[arg-type]
+    hosts = [float(r["host_cpu_s"]) for r in good if r["host_cpu_s"] is not None]  # type: ignore[arg-type]
+    med_host = statistics.median(hosts) if hosts else None
+    host_text = f"{med_host:.2f} CPU s" if med_host is not None else "n/a"
     print(f"\nconnection {conn}; {len(good)} plays; median wall {med_wall:.1f} s, median overhead {med_over:.1f} s "
-          f"(target <= 10 s), median tasks executed {med_tasks:.0f}")  # fmt: skip
+          f"(target <= 10 s), median tasks executed {med_tasks:.0f}; median CPU per play: controller "
+          f"{med_ctl:.2f} CPU s, test hosts {host_text}")  # fmt: skip
     if json_path:
         json_path.write_text(json.dumps({"connection": conn, "rows": rows, "median_overhead_s": med_over,
-                                         "median_tasks_executed": med_tasks}, indent=2) + "\n")  # fmt: skip
+                                         "median_tasks_executed": med_tasks, "median_wall_s": med_wall,
+                                         "median_controller_cpu_s": med_ctl, "median_host_cpu_s": med_host},
+                                        indent=2) + "\n")  # fmt: skip
     return 0
 
 
