@@ -36,7 +36,7 @@ APT_PACKAGES := podman runc debootstrap patch bubblewrap gnupg dpkg-dev openssh-
 
 .PHONY: help demo test setup system-packages venv cpu-venv image testhost wheelhouse deploy sweep tune \
         lint sanity manifest manifest-check locks unit host-checks host-checks-run molecule molecule-run service-checks service-checks-run deploy-run \
-        e2e e2e-run rehearsal rehearsal-run clean-testhost fleet-hosts fleet fleet-run clean-fleet-hosts
+        rehearsal rehearsal-run clean-testhost fleet-hosts fleet fleet-run clean-fleet-hosts
 
 help:
 	@sed -n '2,7p' Makefile
@@ -81,18 +81,19 @@ image: system-packages
 testhost: image
 	TESTHOST_SSH_PORT=31022 testhost/up.sh sglang-testhost
 
-# Three test hosts for a fleet sweep (sglang-fleet-1..3, sshd on 127.0.0.1:31031..31033; the
+# Two test hosts for a fleet sweep (sglang-fleet-1..2, sshd on 127.0.0.1:31031..31032; the
 # inventory tests/fleet/inventory): testhost/up-fleet.sh, testhost/down-fleet.sh.
 fleet-hosts: image
-	testhost/up-fleet.sh 3
+	testhost/up-fleet.sh 2
 
-# The fleet sweep on those three hosts (tests/fleet/): deployed with site.yml side by side, probed,
-# then a 9-config sweep over the three with one killed mid-run, and a host down at the start left out.
+# The fleet on those two hosts (tests/fleet/): deployed with site.yml side by side, probed, a 6-config
+# sweep over the two with one killed mid-run, a host down at the start left out, then the tuner over the
+# two, interrupted and resumed.
 fleet: setup image wheelhouse
 	$(MAKE) --no-print-directory fleet-run
 
 fleet-run: venv
-	testhost/up-fleet.sh 3
+	testhost/up-fleet.sh 2
 	$(BIN)/ansible-playbook -i tests/fleet/inventory site.yml
 	SGLANG_TESTHOST=1 FLEET_E2E_RESULTS=$(RESULTS)/fleet-$(RUN_ID) $(PY) -m pytest -q -p no:cacheprovider -s \
 	  --durations=0 tests/fleet
@@ -197,33 +198,25 @@ service-checks-run: venv
 	SGLANG_TESTHOST=1 $(PY) -m pytest -q -p no:cacheprovider --durations=0 tests/deploy/test_service_testhost.py \
 	  tests/deploy/test_lease_testhost.py tests/deploy/test_ssh_connection.py tests/deploy/test_collection_testhost.py
 
-# The sweep through Ansible on the deployed test host (7 configs in one run
-# within the start-limit hour, interrupt + resume, report, manifest), kept
-# under results/ for inspection.
-e2e: deploy
-	$(MAKE) --no-print-directory e2e-run
-
-e2e-run: venv
-	SGLANG_TESTHOST=1 SWEEP_E2E_RESULTS=$(RESULTS) $(PY) -m pytest -q -p no:cacheprovider -s tests/e2e
-
 # Every stage in order, each timed; the times go to results/stage-times.txt. The main lane: the setup, the unit
-# tests, then the main test host sglang-testhost (sshd 31022, service port 31001): up, site.yml, the service checks,
-# the sweep's end-to-end test; a failed main-lane stage stops the side lanes. Stages with test hosts of their own
-# run in two side lanes beside it (scripts/timed-stages.sh):
+# tests, then the main test host sglang-testhost (sshd 31022, service port 31001): up, site.yml, the service checks;
+# then molecule (its own instance sglang-molecule, sshd 31012, service port 31011). A failed main-lane stage stops
+# the side lanes. Stages with test hosts of their own run in two side lanes beside it (scripts/timed-stages.sh):
 # side lane 1, once the wheelhouse has passed: the rehearsal (its own host container operator-testhost on the
 # podman network operator-rehearsal, its own controller container and mirrors, results under
-# results/rehearsal-RUN_ID), then the fleet (three test hosts of its own, sglang-fleet-1..3, on ports nothing else
-# uses; the tuner's end-to-end run on test hosts, interrupted and resumed);
+# results/rehearsal-RUN_ID; REPRODUCE.md's sweep and the shipped inventories' sweeps), then the fleet (test hosts
+# of its own, sglang-fleet-N, on ports nothing else uses; the sweep losing a host, the tuner's end-to-end run on
+# test hosts, interrupted and resumed);
 # side lane 2, once the unit tests have passed (two test workers of their own until then: the unit tests beside
 # more test hosts starve the hosts, whose containers share one cgroup's CPU): the checks that need no test host
 # (lint, the manifest, the locks), host-checks (its own bare host sglang-hostchecks, sshd 33003, service port
-# 33001, apt repository port 33002), molecule (its own instance sglang-molecule, sshd 31012, service port 31011),
-# then ansible-test sanity (the venv only, a build and install of its own under /tmp).
+# 33001, apt repository port 33002), then ansible-test sanity (the venv only, a build and install of its own
+# under /tmp).
 # A side-lane stage rebuilds nothing: setup, image and the wheelhouse have passed by then; host-checks' own rerun
 # of the wheelhouse changes nothing on disk (scripts/build-wheelhouse.sh).
-TEST_STAGES := setup image wheelhouse cpu-venv unit testhost deploy-run service-checks-run e2e-run
+TEST_STAGES := setup image wheelhouse cpu-venv unit testhost deploy-run service-checks-run molecule-run
 SIDE_LANE_1 := rehearsal-run fleet-run
-SIDE_LANE_2 := lint manifest-check locks host-checks-run molecule-run sanity
+SIDE_LANE_2 := lint manifest-check locks host-checks-run sanity
 test:
 	@$(TIMED_STAGES) 'make test' $(RESULTS)/stage-times.txt '$(TEST_STAGES)' '$(SIDE_LANE_1)' wheelhouse \
 	  '$(SIDE_LANE_2)' unit

@@ -8,7 +8,8 @@ Every run goes through the production command lines, ``python -m repro_py.sweep 
 ``python -m repro_py.tune tests/fleet/inventory``, with the local reconfigurer (a SIMULATED engine as a local
 process per host, no Ansible, no test host): the one-host runs with ``--limit-hosts sglang-fleet-1``, the
 three-host runs over the group. An inventory layer sets the simulated load time and speed per host (host
-variables beat the group's).
+variables beat the group's) and adds the third host (the test inventory has the two that ``make test``'s fleet
+deploys), on a service port of its own.
 
 The sweep: the same grid (``--configs``) on one host and on three; prints each run's wall time, configs measured
 and failed, and the ratio three/one (the issue's target: <= 0.40 for 12 configs).
@@ -42,6 +43,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 INVENTORY = ROOT / "tests" / "fleet" / "inventory"
 HOSTS = ("sglang-fleet-1", "sglang-fleet-2", "sglang-fleet-3")
+THIRD, THIRD_PORT = "sglang-fleet-3", 31043
 #: the tuner's space: the baseline, the DFlash chain and 16 DDTree trees (the inventory's current config among them)
 TUNE_SPACE = {
     "configs": [{"algorithm": "none"}, {"algorithm": "dflash", "window": 2048, "block_size": 8}],
@@ -165,7 +167,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="fleet-speedup-") as tmp:
         work = Path(tmp)
         per_host = {"sglang_service_sim_speed": args.sim_speed, "sglang_service_sim_load_seconds": args.load_s}
-        layer = {"all": {"children": {"sglang_servers": {"hosts": dict.fromkeys(HOSTS, per_host)}}}}
+        hosts: dict[str, dict[str, Any]] = dict.fromkeys(HOSTS, per_host)
+        hosts[THIRD] = {**per_host, "sglang_service_port": THIRD_PORT}  # not in tests/fleet/inventory
+        layer = {"all": {"children": {"sglang_servers": {"hosts": hosts}}}}
         (work / "layer.yml").write_text(yaml.safe_dump(layer), encoding="utf-8")
         (work / "grid.yml").write_text(yaml.safe_dump({"configs": grid(args.configs)}), encoding="utf-8")
         (work / "space.yml").write_text(yaml.safe_dump(TUNE_SPACE), encoding="utf-8")

@@ -1,4 +1,4 @@
-"""What the fleet's test-host tests share: the three hosts, their inventory, podman, the skip marker."""
+"""What the fleet's test-host tests share: the two hosts, their inventory, podman, the skip marker."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 INVENTORY = ROOT / "tests" / "fleet" / "inventory"
-HOSTS = ["sglang-fleet-1", "sglang-fleet-2", "sglang-fleet-3"]
+HOSTS = ["sglang-fleet-1", "sglang-fleet-2"]
 ENV = {**os.environ, "CONTAINERS_CONF": str(ROOT / "testhost" / "containers.conf"), "PYTHONUNBUFFERED": "1"}
 
-#: the marks of a test that needs the three deployed hosts (make fleet-hosts, then site.yml on INVENTORY)
+#: the marks of a test that needs the two deployed hosts (make fleet-hosts, then site.yml on INVENTORY)
 TESTHOST = [
     pytest.mark.testhost,
     pytest.mark.skipif(os.environ.get("SGLANG_TESTHOST") != "1",

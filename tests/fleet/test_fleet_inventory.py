@@ -1,4 +1,4 @@
-"""tests/fleet/inventory is inventory/local for three hosts: its values exactly, but for what must differ per host.
+"""tests/fleet/inventory is inventory/local for two hosts: its values exactly, but for what must differ per host.
 
 The inventory's group_vars/ is inventory/local's (a link); hosts.yml sets, per host, only the connection, the
 service port (the hosts share this machine's network) and the controller paths inventory/local writes relative to
@@ -18,7 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 FLEET = ROOT / "tests" / "fleet" / "inventory"
-HOSTS = {"sglang-fleet-1": 31031, "sglang-fleet-2": 31032, "sglang-fleet-3": 31033}
+HOSTS = {"sglang-fleet-1": 31031, "sglang-fleet-2": 31032}
 #: key -> why it may differ from inventory/local's sglang-testhost
 PER_HOST = {"ansible_port": "connection: the host's own sshd", "sglang_service_port": "one shared network"}
 #: written relative to {{ inventory_dir }}: equal once that is resolved

@@ -1,10 +1,10 @@
-"""The fleet sweep on three deployed test hosts, through production's path: ``python -m repro_py.sweep
+"""The fleet sweep on two deployed test hosts, through production's path: ``python -m repro_py.sweep
 tests/fleet/inventory`` (the host-class play, a lease per host, ``playbooks/reconfigure.yml`` per host through
 ansible-runner, side by side), with one host killed mid-run (``podman kill``, as a host that loses power).
 
-What must hold: every config of the 9-config grid has a result; the config the killed host was measuring was
-measured on another host, its result recording both attempts with the infrastructure cause; the killed host is
-out of the run, named as not restored; the other two are restored to the default config; the fleet page and the
+What must hold: every config of the 6-config grid has a result; the config the killed host was measuring was
+measured on the other host, its result recording both attempts with the infrastructure cause; the killed host is
+out of the run, named as not restored; the other is restored to the default config; the fleet page and the
 manifest are written. Then, before any restart: a stopped host is left out by name (``--dry-run``).
 Needs SGLANG_TESTHOST=1 and the fleet deployed (``make fleet-deploy``).
 """
@@ -28,11 +28,8 @@ GRID = """configs:
   - {algorithm: none}
   - {algorithm: ddtree, budget: 8, topk: 4, window: 2048}
   - {algorithm: ddtree, budget: 4, topk: 4, window: 2048}
-  - {algorithm: ddtree, budget: 6, topk: 4, window: 2048}
   - {algorithm: ddtree, budget: 12, topk: 4, window: 2048}
-  - {algorithm: ddtree, budget: 16, topk: 4, window: 2048}
   - {algorithm: ddtree, budget: 16, topk: 8, window: 2048}
-  - {algorithm: ddtree, budget: 24, topk: 4, window: 2048}
   - {algorithm: dflash, window: 2048}
 """
 
@@ -42,7 +39,7 @@ pytestmark = TESTHOST
 
 def bring_back() -> None:
     """Start the fleet's stopped hosts again and wait until systemd is up (testhost/up-fleet.sh keeps the others)."""
-    subprocess.run([str(ROOT / "testhost" / "up-fleet.sh"), "3"], env=ENV, check=True, timeout=300)
+    subprocess.run([str(ROOT / "testhost" / "up-fleet.sh"), str(len(HOSTS))], env=ENV, check=True, timeout=300)
 
 
 def sweep(*args: str) -> list[str]:
@@ -56,7 +53,7 @@ def results() -> Path:
     return out
 
 
-def test_nine_configs_on_three_hosts_one_killed_mid_run(results: Path, tmp_path: Path) -> None:
+def test_six_configs_on_two_hosts_one_killed_mid_run(results: Path, tmp_path: Path) -> None:
     for host in HOSTS:
         assert podman("inspect", "-f", "{{.State.Running}}", host).stdout.strip() == "true", f"{host} is down"
     grid = tmp_path / "grid.yml"
@@ -65,7 +62,7 @@ def test_nine_configs_on_three_hosts_one_killed_mid_run(results: Path, tmp_path:
     cmd = sweep("--grid", str(grid), "--results", str(results), "--run-id", run_id, "-e", "sglang_service_sim_speed=20",
                 "--repeats", "1", "--max-tokens", "64", "--bench-contexts", "60", "--bench-concurrency", "1", "4",
                 "--lossless-restart", "shared",
-                # the three stand-in hosts share this machine's two cores with each other's plays (and CI's other
+                # the stand-in hosts share this machine's two cores with each other's plays (and CI's other
                 # stages): their reference figures differ by load, not hardware, so the offset limit is wide here;
                 # flagging a host beyond it is tests/sweep/test_fleet.py's to prove. This test is about losing a host.
                 "--host-offset-limit", "0.5")  # fmt: skip
@@ -99,7 +96,7 @@ def test_nine_configs_on_three_hosts_one_killed_mid_run(results: Path, tmp_path:
         record = json.loads((run / "fleet.json").read_text(encoding="utf-8"))
         (key,) = record["classes"]
         configs = {p.stem: json.loads(p.read_text()) for p in (run / key / "configs").glob("*.json")}
-        assert len(configs) == 9, sorted(configs)  # every config has a result: nothing lost
+        assert len(configs) == GRID.count("algorithm:"), sorted(configs)  # every config has a result: nothing lost
         moved = configs[killed_during]
         assert moved["host"]["name"] != VICTIM
         assert [a["host"] for a in moved["attempts"]] == [VICTIM], moved["attempts"]
@@ -124,13 +121,13 @@ def test_nine_configs_on_three_hosts_one_killed_mid_run(results: Path, tmp_path:
 
 
 def test_a_host_down_at_the_start_is_left_out_by_name_before_any_restart(tmp_path: Path) -> None:
-    podman("stop", "-t", "5", "sglang-fleet-3")
+    podman("stop", "-t", "5", VICTIM)
     try:
         done = subprocess.run(sweep("--dry-run", "--results", str(tmp_path)), cwd=ROOT, env=ENV,
                               capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
         text = done.stdout + done.stderr
         assert done.returncode == 0, text
-        assert re.search(r"left out: sglang-fleet-3: unreachable", text), text
-        assert "class " in text and "2 host(s): sglang-fleet-1, sglang-fleet-2" in text, text
+        assert re.search(rf"left out: {VICTIM}: unreachable", text), text
+        assert "class " in text and re.search(r"1 host\(s\): sglang-fleet-1(?![,\d])", text), text
     finally:
         bring_back()

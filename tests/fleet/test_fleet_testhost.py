@@ -1,6 +1,6 @@
-"""probe_hosts on three deployed test hosts (testhost/up-fleet.sh 3, then
-``ansible-playbook -i tests/fleet/inventory site.yml``): one class of three; a host whose series state file is
-gone or edited flagged; a stopped host named unreachable while the other two stay usable. Needs SGLANG_TESTHOST=1.
+"""probe_hosts on two deployed test hosts (testhost/up-fleet.sh 2, then
+``ansible-playbook -i tests/fleet/inventory site.yml``): one class of two; a host whose series state file is
+gone or edited flagged; a stopped host named unreachable while the other stays usable. Needs SGLANG_TESTHOST=1.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from repro_py.ansibleaccess import AnsibleAccess
 from repro_py.sweep import hostclass
 from tests.fleet.hosts import ENV, HOSTS, INVENTORY, ROOT, TESTHOST, podman
 
-PORTS = {"sglang-fleet-1": 31031, "sglang-fleet-2": 31032, "sglang-fleet-3": 31033}
+PORTS = {"sglang-fleet-1": 31031, "sglang-fleet-2": 31032}
 STATE = "/var/lib/sglang-deploy/sglang-patches.state.json"
 
 pytestmark = TESTHOST
@@ -38,9 +38,9 @@ def fleet_up() -> None:
         assert running == "true", f"{host} is not running: make fleet-hosts, then site.yml on {INVENTORY}"
 
 
-def test_three_deployed_hosts_are_one_class(tmp_path: Path) -> None:
+def test_the_deployed_hosts_are_one_class(tmp_path: Path) -> None:
     probes, wall = probe(tmp_path, "all")
-    assert [p.problem for p in probes.values()] == [None, None, None]
+    assert [p.problem for p in probes.values()] == [None] * len(HOSTS)
     (key, members), = hostclass.classes(probes).items()
     assert members == HOSTS
     first = probes[HOSTS[0]].host_class
@@ -52,8 +52,8 @@ def test_three_deployed_hosts_are_one_class(tmp_path: Path) -> None:
 
 @pytest.fixture
 def state_aside() -> Iterator[str]:
-    """fleet-3's series state file, kept aside and put back whatever the test did to it."""
-    host = "sglang-fleet-3"
+    """fleet-2's series state file, kept aside and put back whatever the test did to it."""
+    host = "sglang-fleet-2"
     podman("exec", host, "cp", "-p", STATE, STATE + ".fleet-test")
     yield host
     podman("exec", host, "mv", STATE + ".fleet-test", STATE)
@@ -64,7 +64,7 @@ def test_a_host_without_its_series_state_or_with_another_is_flagged(tmp_path: Pa
     podman("exec", host, "rm", STATE)
     probes, _ = probe(tmp_path, "missing")
     assert probes[host].problem == f"{host}: patch series not applied (state file {STATE} missing)"
-    assert hostclass.classes(probes) == {probes[HOSTS[0]].host_class.key(): HOSTS[:2]}  # type: ignore[union-attr]
+    assert hostclass.classes(probes) == {probes[HOSTS[0]].host_class.key(): HOSTS[:1]}  # type: ignore[union-attr]
 
     edit = ("import json,sys; p=sys.argv[1]; d=json.load(open(p+'.fleet-test')); d['patches'][-1]['sha256']='0'*64; "
             "json.dump(d, open(p,'w'))")  # fmt: skip
@@ -73,7 +73,7 @@ def test_a_host_without_its_series_state_or_with_another_is_flagged(tmp_path: Pa
     problem = probes[host].problem or ""
     assert problem.startswith(f"{host}: patch series ") and "differs from this bundle's" in problem
     assert hostclass.series_digest(ROOT / "patches" / "sglang" / "0.5.23") in problem
-    assert [h for h, p in probes.items() if p.usable] == HOSTS[:2]
+    assert [h for h, p in probes.items() if p.usable] == HOSTS[:1]
 
 
 @pytest.fixture
@@ -91,6 +91,6 @@ def test_a_stopped_host_is_named_unreachable_and_the_others_stay_usable(tmp_path
     gone = probes[stopped]
     assert gone.host_class is None and gone.problem is not None
     assert gone.problem.startswith(f"{stopped}: unreachable (") and f"port {PORTS[stopped]}" in gone.problem
-    assert [h for h, p in probes.items() if p.usable] == ["sglang-fleet-1", "sglang-fleet-3"]
-    assert list(hostclass.classes(probes).values()) == [["sglang-fleet-1", "sglang-fleet-3"]]
+    assert [h for h, p in probes.items() if p.usable] == ["sglang-fleet-1"]
+    assert list(hostclass.classes(probes).values()) == [["sglang-fleet-1"]]
     assert wall < 120

@@ -1,6 +1,6 @@
-"""The tuner on three deployed test hosts, through production's path: ``python -m repro_py.tune
+"""The tuner on two deployed test hosts, through production's path: ``python -m repro_py.tune
 tests/fleet/inventory`` (the host-class play, a lease per host, ``playbooks/reconfigure.yml`` per host through
-ansible-runner, side by side), asynchronous proposals over the three; Ctrl-C after the first result, then
+ansible-runner, side by side), asynchronous proposals over the two; Ctrl-C after the first result, then
 ``--resume`` as printed.
 
 What must hold: Ctrl-C stops every host, restores each and gives its lease back, and prints a resume line that keeps
@@ -37,7 +37,7 @@ pytestmark = TESTHOST
 CURRENT = "ddtree-b8-t4-w2048-bs8"
 SPACE = {"configs": [{"algorithm": "none"}],
          "grid": {"algorithm": ["ddtree"], "budget": [4, 8, 12], "topk": [1, 4], "window": [2048]}}  # fmt: skip
-BUDGET = 12
+BUDGET = 10
 RELATIVE = INVENTORY.relative_to(ROOT)
 
 
@@ -63,7 +63,7 @@ def tune(args: list[str]) -> subprocess.Popen[str]:
                             text=True)  # fmt: skip
 
 
-def test_the_tuner_measures_on_three_hosts_interrupted_resumed_as_printed_and_restores_each(tmp_path: Path) -> None:
+def test_the_tuner_measures_on_two_hosts_interrupted_resumed_as_printed_and_restores_each(tmp_path: Path) -> None:
     space = tmp_path / "space.yml"
     space.write_text(yaml.safe_dump(SPACE), encoding="utf-8")
     results = tmp_path / "results"
@@ -84,7 +84,7 @@ def test_the_tuner_measures_on_three_hosts_interrupted_resumed_as_printed_and_re
     print(text[-6000:])
     assert proc.returncode == ExitCode.INTERRUPTED, text[-4000:]
     assert json.loads((run / "state.json").read_text())["status"] == "interrupted"
-    assert text.count("released lease") == 3, text[-3000:]  # every host given back at Ctrl-C
+    assert text.count("released lease") == len(HOSTS), text[-3000:]  # every host given back at Ctrl-C
     resume = next(line for line in text.splitlines() if line.startswith("python -m repro_py.tune "))
     assert resume.startswith(f"python -m repro_py.tune {RELATIVE} --resume --run-id fleet-tune"), resume
     assert resume.endswith(" -e sglang_service_sim_speed=20"), resume  # the run's extra var, kept
@@ -110,8 +110,9 @@ def test_the_tuner_measures_on_three_hosts_interrupted_resumed_as_printed_and_re
     firsts: dict[str, str] = {}
     for doc in sorted(docs.values(), key=lambda d: d["started_at"]):
         firsts.setdefault(doc["host"]["name"], doc["label"])
-    # every host's first config is the current config (the baseline's host after the baseline)
-    assert sum(1 for label in firsts.values() if label.startswith(CURRENT)) >= 2, firsts
+    # every host's first config is the current config, but the baseline's host's (the baseline, then the current)
+    assert sorted(firsts) == sorted(HOSTS), firsts
+    assert sum(1 for label in firsts.values() if label.startswith(CURRENT)) >= len(HOSTS) - 1, firsts
     for label, doc in docs.items():
         assert doc["schema"] == 1 and doc["status"] == "ok", (label, doc["failure"])
         assert doc["host_class"]["key"] == fleet["class"], label
@@ -126,7 +127,7 @@ def test_the_tuner_measures_on_three_hosts_interrupted_resumed_as_printed_and_re
     assert winner["label"] and winner["label"] != "baseline", winner
     entry = next(p for p in search["path"] if p["label"] == winner["label"])
     assert entry["gates"] == "pass" and entry["last_rung"] == "full"
-    assert "released" in text and text.count("released lease") == 3, text[-3000:]
+    assert "released" in text and text.count("released lease") == len(HOSTS), text[-3000:]
     report = (run / "tune" / "report.md").read_text()
     assert report.startswith("# SIMULATED tuning report") and winner["label"] in report
     assert "## The hosts (one class:" in report and all(f"| {h} | active |" in report for h in HOSTS)

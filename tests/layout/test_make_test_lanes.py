@@ -1,8 +1,8 @@
 """What `make test`'s lanes run: every stage once, in one lane; every test file once, by one stage; side lane 1
 started once the wheelhouse has passed, side lane 2 once the unit tests have (no more test hosts beside the unit
-tests than the rehearsal's); the tuner's end-to-end run on test hosts once, on the fleet (interrupted and
-resumed there), not again on molecule's instance or the main test host. Read from make itself (``make -pn`` for the
-lanes, ``make -n STAGE`` for what a stage runs), not from the Makefile's text."""
+tests than the rehearsal's); the tuner's and the sweep's end-to-end runs on test hosts only where each run is of
+its own kind (the fleet's, the rehearsal's), not again on molecule's instance or the main test host. Read from make
+itself (``make -pn`` for the lanes, ``make -n STAGE`` for what a stage runs), not from the Makefile's text."""
 
 from __future__ import annotations
 
@@ -74,15 +74,31 @@ def test_no_test_file_is_run_by_two_stages() -> None:
         for path in paths:
             assert path not in seen, f"{path} is run by {seen[path]} and {stage}"
             seen[path] = stage
-    assert "tests/fleet/test_fleet_tune_testhost.py" in seen and "tests/e2e/test_sweep_testhost.py" in seen, seen
+    assert "tests/fleet/test_fleet_tune_testhost.py" in seen and "tests/rehearsal/test_rehearsal.py" in seen, seen
+
+
+def on_test_hosts_running(module: str) -> set[str]:
+    """The test files of the stages that run ``python -m MODULE`` against a test host."""
+    found = set()
+    runs = re.compile(rf"""["']{re.escape(module)}["']|-m {re.escape(module)}\b""")
+    for path in set().union(*files_by_stage().values()):
+        on_hosts = "testhost" in path or path.startswith(("tests/fleet/", "tests/rehearsal/", "tests/e2e/"))
+        if on_hosts and runs.search((ROOT / path).read_text(encoding="utf-8")):
+            found.add(path)
+    return found
 
 
 def test_the_tuner_runs_end_to_end_on_test_hosts_only_on_the_fleet_and_in_the_rehearsal() -> None:
-    tuners = set()
-    for path in set().union(*files_by_stage().values()):
-        on_hosts = "testhost" in path or path.startswith(("tests/fleet/", "tests/rehearsal/", "tests/e2e/"))
-        if on_hosts and re.search(r"""["']repro_py\.tune["']""", (ROOT / path).read_text(encoding="utf-8")):
-            tuners.add(path)
     # the fleet's: through production's path, interrupted and resumed; the rehearsal's: the operator's vaulted
     # inventory
+    tuners = on_test_hosts_running("repro_py.tune")
     assert tuners == {"tests/fleet/test_fleet_tune_testhost.py", "tests/rehearsal/test_rehearsal.py"}, tuners
+
+
+def test_the_sweep_runs_end_to_end_on_test_hosts_only_on_the_fleet_and_in_the_rehearsal() -> None:
+    """One sweep per kind of run, not one per stage: REPRODUCE.md's (Ctrl-C and --resume as the operator types
+    them), the shipped inventories' (a failing config each, both lossless modes, what each restart ran read from
+    the host) and the fleet's (a host lost mid-run). A sweep of its own on the main test host repeated them."""
+    sweeps = on_test_hosts_running("repro_py.sweep")
+    assert sweeps == {"tests/rehearsal/test_reproduce.py", "tests/rehearsal/test_rehearsal.py",
+                      "tests/fleet/test_fleet_sweep_testhost.py"}, sweeps  # fmt: skip

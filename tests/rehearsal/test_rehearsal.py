@@ -5,12 +5,14 @@ sources; test_overlay.py holds it to that list), with the API key in Ansible Vau
 
 On each: site.yml and the OpenAI client's default request (no temperature) with the key; a sweep of 4 configs, one
 of which fails (ct200's to start, b300's its lossless gate), with both losslessness checks (greedy, sampled) judged
-on the keyed server (ct200's on the default --lossless-restart separate, b300's shared); the gates (the sampled one
-against that sweep's baseline samples) and the benchmark by hand with the key from the vault. ct200 also runs the
-tuner with --lossless-restart shared at the smallest budget that mode accepts, 5 restarts (the baseline, the
-inventory's config twice, one candidate, the restore); b300 does not repeat it, since both read an
-inventory, its vault and its overlay the same way and neither reads what differs between the two (the GPUs, the
-fabric, the lossless mode of the sweep). collect.yml through a vaulted inventory is REPRODUCE.md's step 6
+on the keyed server (ct200's on the default --lossless-restart separate, b300's shared), and what the host ran
+for it read from each restart's own /server_info echo and the journal (more starts than the unit's StartLimitBurst
+in one run, every good config still served; the failing config rolled back or failed by its gate; the restore).
+ct200 also runs the tuner with --lossless-restart shared at the smallest budget that mode accepts, 5 restarts (the
+baseline, the inventory's config twice, one candidate, the restore), then the gates (the sampled one against that
+sweep's baseline samples) and the benchmark by hand with the key from the vault; b300 repeats neither, since both
+read an inventory, its vault and its overlay the same way and none of them reads what differs between the two (the
+GPUs, the fabric, the lossless mode of the sweep). collect.yml through a vaulted inventory is REPRODUCE.md's step 6
 (test_reproduce.py checks its checksums on the host). Neither key may appear in a
 result, plan, log, artifact, the host's journal or any process's command line. ct200 adds the attention-backend
 refusal on its SM120 GPUs and a host leased to another run; b300 runs on B300 stand-ins with the NVSwitch fabric.
@@ -30,10 +32,12 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
+from repro_py.sweep.lossless_restart import restarts_of
 from tests.rehearsal.rehearsal_host import (
     BIN,
     NAME,
@@ -121,7 +125,81 @@ def tune(inventory: str, results: Path, tool: list[str], logs: Path) -> None:
     timed(f"{inventory} tuner (5 restarts, --lossless-restart shared)", t)
 
 
-def rehearse(inventory: str, address: str, results: Path, *, tuner: bool) -> None:
+def gates_and_bench_by_hand(inventory: str, results: Path, run_id: str, tool: list[str], logs: Path) -> None:
+    """The gates (the sampled one against the sweep's baseline samples) and the benchmark by hand, vault keys."""
+    t = time.monotonic()
+    gates = results / f"{inventory}-gates.json"
+    run([*tool, "repro_py.gates", "-i", *sources(inventory), *VAULT, "--expect",
+         "budget=8,topk=4,window=2048,block_size=8", "--lossless-tokens", "16", "--sampled-reference",
+         str(results / run_id / "sampled-reference.json"), "--out", str(gates)],
+        logs / "gates.log", expect_rc=None)  # fmt: skip
+    judged = json.loads(gates.read_text())
+    assert judged["config_echo"]["passed"], judged["config_echo"]
+    # the deployed config (restored, no deterministic inference) against the sweep's baseline samples
+    assert judged["sampled"]["verdict"] == "same_distribution", judged["sampled"]
+    bench = results / f"{inventory}-bench.json"
+    run([*tool, "repro_py.bench", "-i", *sources(inventory), *VAULT, "--contexts", "60", "--concurrency", "1",
+         "--repeats", "1", "--max-tokens", "16", "--out", str(bench)], logs / "bench.log")  # fmt: skip
+    cell = json.loads(bench.read_text())["cells"][0]
+    assert cell["status"] == "ok" and cell["notes"] == [], cell  # the cache flushed with the admin key
+    timed(f"{inventory} gates + bench by hand", t)
+
+
+def what_the_host_ran(inventory: str, run_dir: Path, docs: dict[str, dict[str, Any]]) -> None:
+    """The sweep as the host ran it, read from each restart's own /server_info echo and the unit's journal.
+
+    On the default ``--lossless-restart separate`` (ct200) the figures come from the unit as the inventory
+    deploys it (no deterministic inference) and the lossless gate has a restart of its own (another invocation
+    and unit file, deterministic inference on, its server log from that invocation's journal); on ``shared``
+    (b300) one restart, with deterministic inference, serves both. Either way the unit is started more often
+    than its StartLimitBurst within its StartLimitIntervalSec, and every good config is still served (systemd
+    >= 255 keeps the start count across daemon-reload). The failing config: ct200's rolled back to the last good
+    unit with the journal lines that say why and no gate restart; b300's garbled output failed by the lossless
+    gate. The restore: the inventory's default config as deployed, never with the gate's deterministic
+    inference.
+    """
+    mode, _ = LOSSLESS[inventory]
+    good = {k: d for k, d in docs.items() if d["status"] == "ok"}
+    deterministic = mode == "shared"  # shared: the one restart carries the gate's deterministic inference
+    for label, doc in good.items():
+        assert doc["engine"]["deterministic_inference"] is deterministic, label
+        echo = doc["reconfigure"]["server_info_echo"]
+        assert doc["reconfigure"]["time_to_ready_s"] > 0, label
+        assert echo["enable_deterministic_inference"] is deterministic, label
+        lossless = doc["gates"]["lossless"]
+        if mode == "separate":
+            gate = doc["lossless_reconfigure"]
+            assert gate["status"] == "ready" and gate["server_info_echo"]["enable_deterministic_inference"] is True
+            assert gate["invocation_id"] != doc["reconfigure"]["invocation_id"] and gate["time_to_ready_s"] > 0
+            assert gate["unit_sha256"] != doc["reconfigure"]["unit_sha256"], label
+            assert lossless["deterministic"]["server"] is True, lossless
+            assert lossless["server_log"]["source"] == f"journal of invocation {gate['invocation_id']}", lossless
+        else:
+            assert "lossless_reconfigure" not in doc, label
+    restarts = sum(restarts_of(d) for d in docs.values())
+    burst = int(in_host("systemctl", "show", "sglang-k26-ddtree", "-p", "StartLimitBurst", "--value"))
+    # separate: two restarts for each config that reaches its gates, one for the config that never serves
+    assert restarts == (2 * len(good) + 1 if mode == "separate" else len(docs)) and restarts > burst, (restarts, burst)
+    failing = docs[FAILING[inventory][1]]
+    if inventory == "ct200":  # fails to start: rolled back, the journal's lines in its failure, no gate restart
+        assert failing["reconfigure"]["status"] == "rolled_back", failing["reconfigure"]
+        assert any("crash-on-load" in line for line in failing["failure"]["journal"]), failing["failure"]
+        assert "lossless_reconfigure" not in failing
+    else:  # serves garbled output: the lossless gate fails it
+        assert "lossless" in failing["failure"]["reason"], failing["failure"]
+        assert failing["gates"]["lossless"]["verdict"] in ("diverged", "server_log"), failing["gates"]["lossless"]
+    summary = (run_dir / "summary.md").read_text()
+    assert summary.startswith("# SIMULATED") and f"| {FAILING[inventory][1]} | " in summary
+    for png in ("tps_vs_concurrency", "acceptance_vs_budget", "pareto"):
+        assert (run_dir / "plots" / f"{png}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    state = json.loads((run_dir / "state.json").read_text())
+    restore = state["restore"]
+    assert state["status"] == "complete" and restore["status"] == "ok", restore
+    assert restore["label"] == "ddtree-b8-t4-w2048-bs8"  # the inventory's sweep_default_config
+    assert restore["server_info_echo"]["enable_deterministic_inference"] is False, restore
+
+
+def rehearse(inventory: str, address: str, results: Path, *, tuner_and_tools: bool) -> None:
     key, admin = vault_keys(inventory)
     play = [str(BIN / "ansible-playbook"), "-i", *sources(inventory), *VAULT]
     tool = [sys.executable, "-m"]
@@ -167,29 +245,14 @@ def rehearse(inventory: str, address: str, results: Path, *, tuner: bool) -> Non
         sampled = {k: d["gates"]["sampled"]["verdict"] for k, d in good.items()}
         assert sampled == {k: "reference" if k == "baseline" else "same_distribution" for k in good}, sampled
         assert json.loads((results / run_id / "plan.json").read_text())["endpoint"] == base
+        what_the_host_ran(inventory, results / run_id, docs)
         check = subprocess.run(["sha256sum", "-c", "--quiet", "MANIFEST.sha256"], cwd=results / run_id, check=False)
         assert check.returncode == 0
         timed(f"{inventory} sweep (4 configs, --lossless-restart {mode})", t)
 
-        if tuner:
+        if tuner_and_tools:
             tune(inventory, results, tool, logs)
-
-        t = time.monotonic()
-        gates = results / f"{inventory}-gates.json"
-        run([*tool, "repro_py.gates", "-i", *sources(inventory), *VAULT, "--expect",
-             "budget=8,topk=4,window=2048,block_size=8", "--lossless-tokens", "16", "--sampled-reference",
-             str(results / run_id / "sampled-reference.json"), "--out", str(gates)],
-            logs / "gates.log", expect_rc=None)  # fmt: skip
-        judged = json.loads(gates.read_text())
-        assert judged["config_echo"]["passed"], judged["config_echo"]
-        # the deployed config (restored, no deterministic inference) against the sweep's baseline samples
-        assert judged["sampled"]["verdict"] == "same_distribution", judged["sampled"]
-        bench = results / f"{inventory}-bench.json"
-        run([*tool, "repro_py.bench", "-i", *sources(inventory), *VAULT, "--contexts", "60", "--concurrency", "1",
-             "--repeats", "1", "--max-tokens", "16", "--out", str(bench)], logs / "bench.log")  # fmt: skip
-        cell = json.loads(bench.read_text())["cells"][0]
-        assert cell["status"] == "ok" and cell["notes"] == [], cell  # the cache flushed with the admin key
-        timed(f"{inventory} gates + bench by hand", t)
+            gates_and_bench_by_hand(inventory, results, run_id, tool, logs)
 
     secrets = [key, admin]
     assert not files_with(results, secrets)
@@ -202,7 +265,7 @@ def rehearse(inventory: str, address: str, results: Path, *, tuner: bool) -> Non
 
 def test_ct200(weights: str, results_root: Path) -> None:
     testhost = weights
-    rehearse("ct200", testhost, results_root, tuner=True)
+    rehearse("ct200", testhost, results_root, tuner_and_tools=True)
     key, _ = vault_keys("ct200")
     logs = results_root / "ct200-logs"
     play = [str(BIN / "ansible-playbook"), "-i", *sources("ct200"), *VAULT]
@@ -238,7 +301,7 @@ def test_b300(weights: str, results_root: Path) -> None:
     testhost = weights
     # B300 SXM6 stand-ins (compute capability 10.3); fabric manager and NVLSM: REPRODUCE.md step 0's, else stand-ins
     gpu_profile("b300", fabric=in_host("sh", "-c", "command -v nv-fabricmanager || true").strip() == "")
-    rehearse("b300", testhost, results_root, tuner=False)
+    rehearse("b300", testhost, results_root, tuner_and_tools=False)
     site = " ".join((results_root / "b300-logs" / "site.log").read_text().split())
     driver = json.loads(in_host("cat", "/etc/fake-nvidia/state.json"))["driver_version"]
     assert f"fabric manager {driver} (/usr/bin/nv-fabricmanager) active, 8 GPUs registered with the fabric" in site

@@ -26,11 +26,14 @@ SPACE = {
 
 @pytest.fixture
 def inventory(tmp_path: Path) -> Path:
-    """tests/fleet/inventory (three hosts) with inventory/local's values copied in, the engine sped up: a write-back
-    lands in the copy."""
+    """tests/fleet/inventory with a third host (as its second, on ports of its own) and inventory/local's values
+    copied in, the engine sped up: a write-back lands in the copy."""
     inv = tmp_path / "inv"
     inv.mkdir()
-    shutil.copy(ROOT / "tests" / "fleet" / "inventory" / "hosts.yml", inv / "hosts.yml")
+    hosts = yaml.safe_load((ROOT / "tests" / "fleet" / "inventory" / "hosts.yml").read_text())
+    members = hosts["all"]["children"]["sglang_servers"]["hosts"]
+    members[HOSTS[2]] = {**members[HOSTS[1]], "ansible_port": 31033, "sglang_service_port": 31043}
+    (inv / "hosts.yml").write_text(yaml.safe_dump(hosts))
     shutil.copytree(ROOT / "inventory" / "local" / "group_vars", inv / "group_vars")
     service = inv / "group_vars" / "all" / "service.yml"
     doc = yaml.safe_load(service.read_text())
