@@ -11,6 +11,8 @@ import shlex
 import subprocess
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[2]
 LANES = ("TEST_STAGES", "SIDE_LANE_1", "SIDE_LANE_2")
 
@@ -102,3 +104,16 @@ def test_the_sweep_runs_end_to_end_on_test_hosts_only_on_the_fleet_and_in_the_re
     sweeps = on_test_hosts_running("repro_py.sweep")
     assert sweeps == {"tests/rehearsal/test_reproduce.py", "tests/rehearsal/test_rehearsal.py",
                       "tests/fleet/test_fleet_sweep_testhost.py"}, sweeps  # fmt: skip
+
+
+def test_molecule_converges_checks_idempotence_and_behaviour_and_reconfigures_nothing() -> None:
+    """`molecule test` proves the roles on a systemd host (converge, idempotence, a real request); the reconfigures
+    (an answer from the new invocation, the rollback, refusals, the restore) are the service checks' on the same kind
+    of host through the same playbook, and the unit tests' (refusals before any host task)."""
+    scenario = ROOT / "molecule" / "default"
+    sequence = yaml.safe_load((scenario / "molecule.yml").read_text(encoding="utf-8"))["scenario"]["test_sequence"]
+    assert [s for s in sequence if s in ("create", "converge", "idempotence", "verify", "destroy")] == [
+        "destroy", "create", "converge", "idempotence", "verify", "destroy"], sequence  # fmt: skip
+    assert "side_effect" not in sequence, sequence
+    plays = sorted(p.name for p in scenario.rglob("*.yml") if "playbooks/reconfigure.yml" in p.read_text("utf-8"))
+    assert not plays, f"molecule's scenario reconfigures the service again: {plays}"
