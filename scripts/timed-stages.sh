@@ -6,7 +6,8 @@
 #
 #   scripts/timed-stages.sh NAME TIMES_FILE "MAIN STAGES" ["SIDE STAGES" AFTER_STAGE]...
 #
-# Every stage's time is printed as it ends and kept in TIMES_FILE, with how busy the
+# Every stage's time is printed as it ends and kept in TIMES_FILE, with when it ended (seconds into
+# the run: the last stage of each lane says where that lane ended), how busy the
 # machine's CPUs were meanwhile (all lanes together, from /proc/stat: a stage beside
 # a busy side lane is slower for it) and the CPU time its own processes used (make and
 # every process it waited for: pytest, ansible-playbook, the controller-side engines;
@@ -51,7 +52,7 @@ own_cpu() {  # own_cpu FILE: the user + system seconds of the children line `tim
 }
 
 run_stage() {  # run_stage LANE STAGE: make STAGE, timed, its line appended to $times
-    local lane=$1 stage=$2 t rc b0 t0 b1 t1 busy tf
+    local lane=$1 stage=$2 t rc b0 t0 b1 t1 busy tf now at
     t=$(date +%s)
     tf=$(mktemp)
     read -r b0 t0 < <(cpu_ticks)
@@ -60,11 +61,13 @@ run_stage() {  # run_stage LANE STAGE: make STAGE, timed, its line appended to $
     read -r b1 t1 < <(cpu_ticks)
     busy="CPUs $(( (t1 - t0) > 0 ? 100 * (b1 - b0) / (t1 - t0) : 0 ))% busy, its own processes $(own_cpu "$tf") CPU s"
     rm -f "$tf"
+    now=$(date +%s)
+    at="; it ended $((now - ${all:-$t})) s into the run"  # where the lanes end: their balance
     if [ "$rc" -ne 0 ]; then
-        echo "$name: ${lane}stage $stage FAILED after $(( $(date +%s) - t )) s ($busy)" | tee -a "$times"
+        echo "$name: ${lane}stage $stage FAILED after $((now - t)) s ($busy$at)" | tee -a "$times"
         return "$rc"
     fi
-    echo "$name: ${lane}stage $stage took $(( $(date +%s) - t )) s ($busy)" | tee -a "$times"
+    echo "$name: ${lane}stage $stage took $((now - t)) s ($busy$at)" | tee -a "$times"
 }
 
 side_lane() {
@@ -78,7 +81,7 @@ start_side() {  # start_side N
     local n=$1 log=$dir/side-lane-$1.log
     echo "$name: side lane $n (${side_stages[n - 1]}) started; its output: $log"
     setsid bash -c "$(declare -f cpu_ticks own_cpu run_stage side_lane); name='$name' times='$times' make_cmd='$make_cmd' \
-        lane='$n' stages='${side_stages[n - 1]}' side_lane" > "$log" 2>&1 &
+        all='$all' lane='$n' stages='${side_stages[n - 1]}' side_lane" > "$log" 2>&1 &
     side_pids[n - 1]=$!
 }
 

@@ -59,8 +59,8 @@ def test_each_stage_reports_the_cpu_time_of_its_own_processes_and_the_run_the_ma
                           text=True, timeout=60, check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     times = (tmp_path / "t.txt").read_text()
-    burn = re.search(r"stage burn took \d+ s \(CPUs \d+% busy, its own processes (\d+) CPU s\)", times)
-    nap = re.search(r"stage nap took \d+ s \(CPUs \d+% busy, its own processes (\d+) CPU s\)", times)
+    burn = re.search(r"stage burn took \d+ s \(CPUs \d+% busy, its own processes (\d+) CPU s[;)]", times)
+    nap = re.search(r"stage nap took \d+ s \(CPUs \d+% busy, its own processes (\d+) CPU s[;)]", times)
     assert burn and nap, times
     assert int(burn.group(1)) >= 1 and int(nap.group(1)) == 0, times
     assert re.search(r"T: the machine's \d+ CPUs were busy \d+ CPU s in all \(\d+%\)", times), times
@@ -105,3 +105,18 @@ time.sleep(1.5)
     times = (tmp_path / "t.txt").read_text()
     hosts = re.findall(r"T: test host (\S+) used (\d+) CPU s", times)
     assert hosts == [("b" * 12, "8"), ("host-x", "6")], times
+
+
+def test_each_stage_says_when_it_ended_so_the_lanes_ends_can_be_compared(tmp_path: Path) -> None:
+    """Every stage line gives the seconds into the run at which it ended; a side lane started after a main-lane
+    stage ends after it (a stage that sleeps 2 s here), and no stage ends after the run."""
+    (tmp_path / "Makefile").write_text(MAKEFILE + "nap:\n\t@sleep 2\n")
+    proc = subprocess.run([str(SCRIPT), "T", str(tmp_path / "t.txt"), "nap a", "b", "nap"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    times = (tmp_path / "t.txt").read_text()
+    ended = {m[0]: int(m[1]) for m in re.findall(r"stage (\w+) took \d+ s \(.*; it ended (\d+) s into the run", times)}
+    assert set(ended) == {"nap", "a", "b"}, times
+    assert ended["nap"] >= 2 and ended["b"] >= ended["nap"], ended
+    total = int(re.search(r"T: all stages took (\d+) s", times).group(1))  # type: ignore[union-attr]
+    assert max(ended.values()) <= total, (ended, total)
