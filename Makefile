@@ -209,8 +209,8 @@ service-checks-run: venv
 # test hosts, interrupted and resumed);
 # side lane 2, once the unit tests have passed (two test workers of their own until then: the unit tests beside
 # more test hosts starve the hosts, whose containers share one cgroup's CPU): the checks that need no test host
-# (lint, the manifest, the locks), host-checks (its own bare host sglang-hostchecks, sshd 33003, service port
-# 33001, apt repository port 33002), then ansible-test sanity (the venv only, a build and install of its own
+# (lint, the manifest, the locks), host-checks (its own bare host sglang-hostchecks, sshd 31053, service port
+# 31051, apt repository port 31052), then ansible-test sanity (the venv only, a build and install of its own
 # under /tmp).
 # A side-lane stage rebuilds nothing: setup, image and the wheelhouse have passed by then; host-checks' own rerun
 # of the wheelhouse changes nothing on disk (scripts/build-wheelhouse.sh).

@@ -47,9 +47,9 @@ def test_the_bare_host_checks_reach_their_host_as_inventory_local_does():
             "ansible_ssh_common_args", "ansible_python_interpreter")  # fmt: skip
     assert {k: host.get(k) for k in same} == {k: HOSTVARS[k] for k in same}
     script = (ROOT / "tests/install/run-host-checks.sh").read_text()
-    assert 'export HOSTCHECKS_SSH_PORT="${HOSTCHECKS_SSH_PORT:-33003}"' in script
+    assert 'export HOSTCHECKS_SSH_PORT="${HOSTCHECKS_SSH_PORT:-31053}"' in script
     assert 'TESTHOST_SSH_PORT="$HOSTCHECKS_SSH_PORT" timed boot testhost/up.sh' in script
-    assert "HOSTCHECKS_SSH_PORT" in host["ansible_port"] and "33003" in host["ansible_port"]
+    assert "HOSTCHECKS_SSH_PORT" in host["ansible_port"] and "31053" in host["ansible_port"]
 
 
 @pytest.mark.testhost

@@ -32,8 +32,8 @@
 #
 # Usage: tests/install/run-host-checks.sh        (KEEP=1 keeps the container, CHECK_MODE=1 adds --check)
 # Env:   CONTAINER (sglang-hostchecks), TESTHOST_IMAGE (testhost/common.sh),
-#        HOSTCHECKS_SSH_PORT (33003: its sshd on 127.0.0.1, as hostchecks/hosts.yml reaches it),
-#        REPO_PORT (33002; the service uses 33001), WHEELHOUSE (.whl), JIT_WHEELHOUSE (.whl-jit)
+#        HOSTCHECKS_SSH_PORT (31053: its sshd on 127.0.0.1, as hostchecks/hosts.yml reaches it),
+#        REPO_PORT (31052; the service uses 31051), WHEELHOUSE (.whl), JIT_WHEELHOUSE (.whl-jit)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -41,10 +41,10 @@ cd "$root"
 # shellcheck source=testhost/common.sh
 . "$root/testhost/common.sh"
 export CONTAINER="${CONTAINER:-sglang-hostchecks}"
-export HOSTCHECKS_SSH_PORT="${HOSTCHECKS_SSH_PORT:-33003}"
+export HOSTCHECKS_SSH_PORT="${HOSTCHECKS_SSH_PORT:-31053}"
 export WHEELHOUSE="${WHEELHOUSE:-$root/.whl}"
 jit_wheelhouse="${JIT_WHEELHOUSE:-$root/.whl-jit}"
-repo_port="${REPO_PORT:-33002}"
+repo_port="${REPO_PORT:-31052}"
 export ANSIBLE_COLLECTIONS_PATH="$root/.collections"  # the checkout as ddtree.sglang (scripts/link-collection.sh)
 export ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks
 here="$root/tests/install/hostchecks"

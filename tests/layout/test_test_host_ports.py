@@ -1,6 +1,8 @@
 """The test hosts of `make test` share this machine's network (podman --network host) and run side by side in its
 lanes, so no two listeners may want the same port: each host's sshd, each host's service and the bare-host checks'
-apt repository. Read from where each is set: the inventories, the scripts' defaults, the Makefile. The rehearsal's
+apt repository; and none may want a port of the kernel's ephemeral range, from which every outgoing connection takes
+its source port (a listener there fails now and then with "Address already in use"). Read from where each is set:
+the inventories, the scripts' defaults, the Makefile. The rehearsal's
 host is left out: it has a network namespace of its own."""
 
 from __future__ import annotations
@@ -83,3 +85,20 @@ def test_no_two_listeners_of_the_test_hosts_want_the_same_port() -> None:
     # sshd and service of sglang-testhost, molecule's and the fleet's two; the bare host's sshd, service and apt
     # repository
     assert len(owners) == 11, sorted(owners)
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's range of source ports for outgoing connections (Linux's default where it cannot be read)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text(encoding="utf-8").split()
+    except (OSError, ValueError):
+        return 32768, 60999
+    return int(low), int(high)
+
+
+def test_no_listener_of_the_test_hosts_wants_a_port_outgoing_connections_take() -> None:
+    low, high = ephemeral_range()
+    inside = {f"{host} {what}": sorted(p for p in ports if low <= p <= high or 32768 <= p <= 60999)
+              for (host, what), ports in listeners().items()}  # fmt: skip
+    taken = {k: v for k, v in inside.items() if v}
+    assert not taken, f"in the ephemeral range {low}-{high} (or Linux's default, 32768-60999): {taken}"
