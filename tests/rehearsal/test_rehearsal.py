@@ -37,6 +37,7 @@ from typing import Any
 import pytest
 import yaml
 
+from repro_py import spec_config
 from repro_py.sweep.lossless_restart import restarts_of
 from tests.rehearsal.rehearsal_host import (
     BIN,
@@ -195,7 +196,8 @@ def what_the_host_ran(inventory: str, run_dir: Path, docs: dict[str, dict[str, A
     state = json.loads((run_dir / "state.json").read_text())
     restore = state["restore"]
     assert state["status"] == "complete" and restore["status"] == "ok", restore
-    assert restore["label"] == "ddtree-b8-t4-w2048-bs8"  # the inventory's sweep_default_config
+    default = json.loads((run_dir / "plan.json").read_text())["default_config"]  # the inventory's, as the plan read it
+    assert restore["label"] == spec_config.validate(default).label, (restore["label"], default)
     assert restore["server_info_echo"]["enable_deterministic_inference"] is False, restore
 
 
