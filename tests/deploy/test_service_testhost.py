@@ -148,10 +148,17 @@ def test_deliberate_starts_are_never_refused_by_the_start_limit(tmp_path: Path):
 def test_a_ddtree_restart_is_ready_only_after_a_sampled_generation_from_the_new_process(tmp_path: Path):
     """Readiness demands the OpenAI client's default request (sampled, temperature 1.0) from the NEW process, DDTree
     included; the report carries what it generated, and a sampled request is served afterwards too."""
-    before = unit()["InvocationID"]
+    old = unit()
+    before = old["InvocationID"]
     rc, report, out = reconfigure(tmp_path, "-e", "budget=12", "-e", "topk=6", name="sampled")
     assert rc == 0 and report["status"] == "ready", out[-2500:]
     assert report["config"]["algorithm"] == "ddtree" and report["invocation_id"] != before
+    # the NEW process answered: the old invocation stopped, a new main process, and the engine that echoes the new
+    # settings is that main process
+    assert report["stop"]["old_invocation_id"] == before and report["main_pid"] != int(old["MainPID"]), report
+    echo = report["server_info_echo"]
+    assert echo["sim"]["pid"] == report["main_pid"] == int(unit()["MainPID"]), (echo["sim"], report["main_pid"])
+    assert (echo["speculative_ddtree_budget"], echo["speculative_ddtree_topk_cap"]) == (12, 6), echo
     generation = report["generation"]
     assert generation["text"] and generation["sampled_text"].strip(), generation
     assert serving()  # the default request again, after readiness
@@ -384,6 +391,10 @@ def test_the_rollback_restores_the_last_good_unit_on_its_own_port(tmp_path: Path
     flat = " ".join(out.split())
     assert rc != 0 and report["status"] == "rolled_back", flat[-2500:]
     assert "rolled back: the last good unit is serving again" in flat
+    # a failed start is reported at once, with the journal lines that explain it
+    failure = report["failure"]
+    assert failure["detection_s"] < 10 and failure["exit_to_detection_s"] < 5, failure
+    assert any("crash-on-load" in line for line in failure["journal"]), failure["journal"]
     assert serving() and f"--port {PORT}" in sh("systemctl", "cat", UNIT).stdout
 
 
