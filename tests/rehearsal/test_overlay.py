@@ -30,6 +30,8 @@ ALLOWED = {
     "preflight_torch_check": "engine simulated",
     "sglang_service_sim_load_seconds": "engine simulated",
     "sglang_service_sim_warmup_seconds": "engine simulated",
+    # disk: the test host's /opt is this machine's shared disk, with stand-in weights of a few KiB
+    "preflight_disk_checks": "disk",
     # GPU stand-ins: device nodes with no driver behind them
     "sglang_service_device_check": "GPU stand-ins",
     # install sources and paths: the offline wheelhouse, the test host's lock and wheels
@@ -111,3 +113,20 @@ def test_a_grown_overlay_is_named(tmp_path: Path) -> None:
         f"{grown} sets sglang_service_port, which is not on its list",
         f"{grown} holds group_vars/all/more.yml, not one of the overlay's three files",
     ]
+
+
+@pytest.mark.parametrize("inventory", ["ct200", "b300"])
+def test_the_test_host_is_asked_for_the_space_it_uses_not_for_the_production_weights(inventory: str) -> None:
+    """The rehearsal's free-space check is the shipped one (same paths), sized as inventory/local sizes the same host.
+
+    The shipped 30 GiB at /opt is for real weights; the test host's /opt is this machine's disk, shared with the
+    controller and the other test hosts, and a clean clone's run leaves less of it free as it goes (a run failed
+    b300's preflight with "/opt has 28.5 GiB free; at least 30 GiB is required").
+    """
+    layered = yaml.safe_load((HERE / inventory / "group_vars" / "all" / "rehearsal.yml").read_text())
+    shipped = yaml.safe_load((ROOT / "inventory" / inventory / "group_vars" / "all" / "preflight.yml").read_text())
+    local = yaml.safe_load((ROOT / "inventory" / "local" / "group_vars" / "all" / "preflight.yml").read_text())
+    checks = layered.get("preflight_disk_checks", shipped["preflight_disk_checks"])
+    assert [c["path"] for c in checks] == [c["path"] for c in shipped["preflight_disk_checks"]]
+    most_local = max(c["min_free_gb"] for c in local["preflight_disk_checks"])
+    assert max(c["min_free_gb"] for c in checks) <= most_local, checks
