@@ -77,6 +77,9 @@ def suite_run(cpu_python, patched_tree, tmp_path_factory) -> SuiteRun:
         TRITON_INTERPRET="1",
         PYTHONDONTWRITEBYTECODE="1",
         DDTREE_KERNEL_REPORT=str(out / "kernels.jsonl"),
+        # one torch thread: the checks' tensors are tiny, and the suite runs beside another test worker and the test
+        # hosts, where a second OpenMP thread only contends (idle machine: 102 CPU s with two threads, 82 with one)
+        OMP_NUM_THREADS="1",
     )
     env.pop("PYTHONPATH", None)
     junit = out / "junit.xml"
