@@ -14,6 +14,11 @@ def _run(run_playbook: Callable[..., CompletedProcess[str]], checks: list[dict[s
                         "-e", json.dumps({"preflight_disk_checks": checks}))  # fmt: skip
 
 
+def _reported_gib(flat: str, path: Path) -> float:
+    """The free GiB the refusal names for ``path``."""
+    return float(flat.split(f"{path} has ", 1)[1].split(" GiB free", 1)[0])
+
+
 def test_a_disk_short_of_space_is_refused_with_the_path_and_both_figures(
     run_playbook: Callable[..., CompletedProcess[str]], tmp_path: Path
 ) -> None:
@@ -24,10 +29,9 @@ def test_a_disk_short_of_space_is_refused_with_the_path_and_both_figures(
     )
     flat = " ".join((res.stdout + res.stderr).split())
     assert res.returncode != 0, flat[-2000:]
-    said = f"{tmp_path} has "
-    assert said in flat and f"GiB free; at least {wanted} GiB is required (preflight_disk_checks)" in flat, flat[-2000:]
-    reported = float(flat.split(said, 1)[1].split(" GiB free", 1)[0])
-    assert abs(reported - free_gib) < 1.0, (reported, free_gib)
+    assert f"{tmp_path} has " in flat, flat[-2000:]
+    assert f"GiB free; at least {wanted} GiB is required (preflight_disk_checks)" in flat, flat[-2000:]
+    assert abs(_reported_gib(flat, tmp_path) - free_gib) < 1.0, (_reported_gib(flat, tmp_path), free_gib)
 
 
 def test_a_disk_with_the_space_passes_and_a_missing_path_is_measured_at_the_root(
@@ -40,5 +44,4 @@ def test_a_disk_with_the_space_passes_and_a_missing_path_is_measured_at_the_root
     res = _run(run_playbook, [{"path": str(missing), "min_free_gb": wanted}])
     flat = " ".join((res.stdout + res.stderr).split())
     assert res.returncode != 0 and f"{missing} has " in flat, flat[-2000:]
-    reported = float(flat.split(f"{missing} has ", 1)[1].split(" GiB free", 1)[0])
-    assert abs(reported - shutil.disk_usage("/").free / 2**30) < 1.0, reported
+    assert abs(_reported_gib(flat, missing) - shutil.disk_usage("/").free / 2**30) < 1.0, _reported_gib(flat, missing)
