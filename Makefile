@@ -34,7 +34,7 @@ export PYTHONUNBUFFERED := 1
 # builds and signs a local apt repository.
 APT_PACKAGES := podman runc debootstrap patch bubblewrap gnupg dpkg-dev openssh-client
 
-.PHONY: help demo test setup system-packages venv cpu-venv image testhost wheelhouse deploy sweep tune \
+.PHONY: help demo test setup test-setup system-packages venv cpu-venv image testhost wheelhouse deploy sweep tune \
         lint sanity manifest manifest-check locks unit host-checks host-checks-run molecule molecule-run service-checks service-checks-run deploy-run \
         rehearsal rehearsal-run clean-testhost fleet-hosts fleet fleet-run clean-fleet-hosts
 
@@ -74,6 +74,12 @@ $(CPU_VENV)/.stamp: patches/tools/make-cpu-venv.sh patches/tools/cpu-venv-constr
 cpu-venv: $(CPU_VENV)/.stamp
 
 setup: system-packages venv
+
+# make test's first stage: the Debian packages, then the controller venv and the CPU venv side by side (each is
+# mostly one pip on one core, and nothing else runs yet: built one after the other, one of the two cores idled
+# for the first's whole time)
+test-setup: system-packages
+	$(MAKE) --no-print-directory -j2 --output-sync=target venv cpu-venv
 
 image: system-packages
 	testhost/build-image.sh
@@ -178,7 +184,7 @@ molecule-run: venv
 # (local mirrors of the NVIDIA repository, the Python index and the Hub; GPU stand-ins;
 # the simulated engine), then the shipped inventory/ct200 and inventory/b300, unchanged,
 # through their thin overlays on that host with a vaulted key and an admin key: site.yml,
-# a 4-config sweep with a failure, gates and bench by hand (ct200 also the tuner and collect.yml).
+# a 3-config (ct200) or 4-config (b300) sweep with a failure, gates and bench by hand (ct200 also the tuner).
 rehearsal: setup image wheelhouse
 	$(MAKE) --no-print-directory rehearsal-run
 
@@ -214,7 +220,7 @@ service-checks-run: venv
 # under /tmp).
 # A side-lane stage rebuilds nothing: setup, image and the wheelhouse have passed by then; host-checks' own rerun
 # of the wheelhouse changes nothing on disk (scripts/build-wheelhouse.sh).
-TEST_STAGES := setup image wheelhouse cpu-venv unit testhost deploy-run service-checks-run molecule-run
+TEST_STAGES := test-setup image wheelhouse unit testhost deploy-run service-checks-run molecule-run
 SIDE_LANE_1 := rehearsal-run fleet-run
 SIDE_LANE_2 := lint manifest-check locks host-checks-run sanity
 test:

@@ -135,27 +135,47 @@ def gpu_state(change: dict[str, Any]) -> Iterator[None]:
 
 
 def test_deliberate_starts_are_never_refused_by_the_start_limit(tmp_path: Path):
-    """StartLimitBurst=3 per hour; since systemd 255 the count survives daemon-reload: 5 restarts in a row."""
+    """StartLimitBurst=3 per hour; since systemd 255 the count survives daemon-reload: 5 deliberate restarts in a row,
+    each ready. Along the way, each on its own restart of the five:
+
+    - the third: readiness demands the OpenAI client's default request (sampled, temperature 1.0) from the NEW
+      process, DDTree included; the report carries what it generated, and a sampled request is served afterwards;
+    - the fourth: with a 1 s sync limit the simulated stop (1 s drain) and start (3 s load) outlast their first part
+      and go on as polled async jobs;
+    - the fifth (the inventory's config, the limit's default): both finish in their first part, the rests skipped.
+    """
+    steps = [("b0", ["-e", "budget=12", "-e", "topk=4"]), ("b1", ["-e", "budget=16", "-e", "topk=4"]),
+             ("sampled", ["-e", "budget=12", "-e", "topk=6"]),
+             ("sync-limit", ["-e", "budget=16", "-e", "topk=4", "-e", "sglang_service_sync_wait_s=1"]),
+             ("sync-default", [])]  # fmt: skip
     seen = []
-    for i, budget in enumerate((12, 16, 12, 8, 16)):
-        rc, report, out = reconfigure(tmp_path, "-e", f"budget={budget}", "-e", "topk=4", name=f"b{i}")
-        assert rc == 0 and report["status"] == "ready", f"restart {i + 1} of 5: {report.get('failure')}\n{out[-2500:]}"
+    for i, (name, extra) in enumerate(steps):
+        old = unit()
+        rc, report, out = reconfigure(tmp_path, *extra, name=name)
+        failure = f"restart {i + 1} of 5 ({name}): {report.get('failure')}\n{out[-2500:]}"
+        assert rc == 0 and report["status"] == "ready", failure
+        assert report["invocation_id"] != old["InvocationID"] == report["stop"]["old_invocation_id"], (name, report)
         seen.append(report["invocation_id"])
+        if name == "sampled":
+            _the_new_process_answered_sampled(old, report)
+        elif name == "sync-limit":
+            for rest in ("Go on waiting until the old server is gone (a polled async job)",
+                         "Go on waiting until the NEW invocation is ready (a polled async job)"):  # fmt: skip
+                outcome = _task_outcome(out, f"ddtree.sglang.sglang_service : {rest}")
+                assert outcome in ("ASYNC", "changed", "ok"), out[-3000:]
+            assert report["invocation_id"] == unit()["InvocationID"] and serving()
+        elif name == "sync-default":
+            stop_rest = "ddtree.sglang.sglang_service : Go on waiting until the old server is gone (a polled async job)"
+            assert _task_outcome(out, stop_rest) == "skipping", out[-3000:]
     assert len(set(seen)) == 5
     assert unit()["Result"] == "success"
 
 
-def test_a_ddtree_restart_is_ready_only_after_a_sampled_generation_from_the_new_process(tmp_path: Path):
-    """Readiness demands the OpenAI client's default request (sampled, temperature 1.0) from the NEW process, DDTree
-    included; the report carries what it generated, and a sampled request is served afterwards too."""
-    old = unit()
-    before = old["InvocationID"]
-    rc, report, out = reconfigure(tmp_path, "-e", "budget=12", "-e", "topk=6", name="sampled")
-    assert rc == 0 and report["status"] == "ready", out[-2500:]
-    assert report["config"]["algorithm"] == "ddtree" and report["invocation_id"] != before
-    # the NEW process answered: the old invocation stopped, a new main process, and the engine that echoes the new
-    # settings is that main process
-    assert report["stop"]["old_invocation_id"] == before and report["main_pid"] != int(old["MainPID"]), report
+def _the_new_process_answered_sampled(old: dict[str, str], report: dict[str, Any]) -> None:
+    """The NEW process answered: the old invocation stopped, a new main process, and the engine that echoes the new
+    settings (budget 12, topk cap 6) is that main process; a sampled generation in the report, and after it."""
+    assert report["config"]["algorithm"] == "ddtree"
+    assert report["main_pid"] != int(old["MainPID"]), report
     echo = report["server_info_echo"]
     assert echo["sim"]["pid"] == report["main_pid"] == int(unit()["MainPID"]), (echo["sim"], report["main_pid"])
     assert (echo["speculative_ddtree_budget"], echo["speculative_ddtree_topk_cap"]) == (12, 6), echo
@@ -471,22 +491,3 @@ def test_a_reconfigure_skips_the_host_setup_while_its_stamp_matches(tmp_path: Pa
         assert _task_outcome(out, stamp_task) == "changed"
     finally:
         sh("sh", "-c", f"printf %s '{original.strip()}' > {stamp} && echo >> {stamp}")
-
-
-def test_a_stop_and_a_start_longer_than_the_sync_limit_go_on_as_async_jobs(tmp_path: Path):
-    """With a 1 s limit the simulated stop (1 s drain) and start (3 s load) outlast their first part."""
-    before = unit()
-    rc, report, out = reconfigure(tmp_path, "-e", "budget=12", "-e", "topk=6", "-e", "sglang_service_sync_wait_s=1",
-                                  name="sync-limit")  # fmt: skip
-    assert rc == 0 and report["status"] == "ready", out[-3000:]
-    for rest in ("Go on waiting until the old server is gone (a polled async job)",
-                 "Go on waiting until the NEW invocation is ready (a polled async job)"):  # fmt: skip
-        assert _task_outcome(out, f"ddtree.sglang.sglang_service : {rest}") in ("ASYNC", "changed", "ok"), out[-3000:]
-    assert report["invocation_id"] != before["InvocationID"] == report["stop"]["old_invocation_id"]
-    assert report["invocation_id"] == unit()["InvocationID"] and serving()
-    # the limit's default: both finish in their first part, the rests are skipped
-    rc, report, out = reconfigure(tmp_path, name="sync-default")
-    assert rc == 0 and report["status"] == "ready", out[-3000:]
-    stop_rest = "ddtree.sglang.sglang_service : Go on waiting until the old server is gone (a polled async job)"
-    assert _task_outcome(out, stop_rest) == "skipping"
-

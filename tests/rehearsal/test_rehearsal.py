@@ -3,17 +3,17 @@ host through a thin overlay (tests/rehearsal/<inventory>/: connection, engine si
 sources; test_overlay.py holds it to that list), with the API key in Ansible Vault, an admin key, the shipped
 0.0.0.0 bind in the test host's own network namespace (reached at 10.89.117.10, never on loopback) and TLS off.
 
-On each: site.yml and the OpenAI client's default request (no temperature) with the key; a sweep of 4 configs, one
-of which fails (ct200's to start, b300's its lossless gate), with both losslessness checks (greedy, sampled) judged
-on the keyed server (ct200's on the default --lossless-restart separate, b300's shared), and what the host ran
-for it read from each restart's own /server_info echo and the journal (more starts than the unit's StartLimitBurst
-in one run, every good config still served; the failing config rolled back or failed by its gate; the restore).
-ct200 also runs the tuner with --lossless-restart shared at the smallest budget that mode accepts, 5 restarts (the
-baseline, the inventory's config twice, one candidate, the restore), then the gates (the sampled one against that
-sweep's baseline samples) and the benchmark by hand with the key from the vault; b300 repeats neither, since both
-read an inventory, its vault and its overlay the same way and none of them reads what differs between the two (the
-GPUs, the fabric, the lossless mode of the sweep). collect.yml through a vaulted inventory is REPRODUCE.md's step 6
-(test_reproduce.py checks its checksums on the host). Neither key may appear in a
+On each: site.yml and the OpenAI client's default request (no temperature) with the key; a sweep of 3 configs
+(ct200) or 4 (b300), one of which fails (ct200's to start, b300's its lossless gate), with both losslessness checks
+(greedy, sampled) judged on the keyed server (ct200's on the default --lossless-restart separate, b300's shared),
+and what the host ran for it read from each restart's own /server_info echo and the journal (more starts than the
+unit's StartLimitBurst in one run, every good config still served; the failing config rolled back or failed by its
+gate; the restore). ct200 also runs the tuner with --lossless-restart shared at the smallest budget that mode
+accepts, 5 restarts (the baseline, the inventory's config twice, one candidate, the restore), then the gates (the
+sampled one against that sweep's baseline samples) and the benchmark by hand with the key from the vault; b300
+repeats neither, since both read an inventory, its vault and its overlay the same way and none of them reads what
+differs between the two (the GPUs, the fabric, the lossless mode of the sweep). collect.yml through a vaulted
+inventory is REPRODUCE.md's step 6 (test_reproduce.py checks its checksums on the host). Neither key may appear in a
 result, plan, log, artifact, the host's journal or any process's command line. ct200 adds the attention-backend
 refusal on its SM120 GPUs and a host leased to another run; b300 runs on B300 stand-ins with the NVSwitch fabric.
 
@@ -65,10 +65,14 @@ FAILING = {
 
 
 def grid(inventory: str) -> dict[str, list[dict[str, object]]]:
-    return {"configs": [{"algorithm": "none"},
-                        {"algorithm": "ddtree", "budget": 8, "topk": 4, "window": 2048, "block_size": 8},
-                        FAILING[inventory][0],
-                        {"algorithm": "dflash", "window": 2048, "block_size": 8}]}  # fmt: skip
+    """The baseline, DDTree, the failing config; b300's also DFlash. ct200's separate mode restarts each good config
+    twice, so its three configs already start the unit 5 times, more than its StartLimitBurst (3); a DFlash restart
+    on a test host is b300's and the fleet's (tests/fleet/test_fleet_sweep_testhost.py)."""
+    configs = [{"algorithm": "none"}, {"algorithm": "ddtree", "budget": 8, "topk": 4, "window": 2048, "block_size": 8},
+               FAILING[inventory][0]]  # fmt: skip
+    if inventory == "b300":  # shared: one start per config, 4 configs for more starts than the burst
+        configs.append({"algorithm": "dflash", "window": 2048, "block_size": 8})
+    return {"configs": configs}
 SPACE = {"configs": [{"algorithm": "none"}], "grid": {"algorithm": ["ddtree"], "budget": [5, 8], "topk": [4],
                                                       "window": [2048], "block_size": [8]}}  # fmt: skip
 BENCH = ["--bench-contexts", "60", "--bench-concurrency", "1", "--repeats", "1", "--max-tokens", "32"]
@@ -239,7 +243,8 @@ def rehearse(inventory: str, address: str, results: Path, *, tuner_and_tools: bo
         docs = {p.stem: json.loads(p.read_text()) for p in (results / run_id / "configs").glob("*.json")}
         failed = {k: v["failure"]["class"] for k, v in docs.items() if v["status"] != "ok"}
         assert failed == {FAILING[inventory][1]: FAILING[inventory][2]}, (failed, out[-3000:])
-        assert len(docs) == 4 and all(d["engine"]["kind"] == "simulated" for d in docs.values())
+        configs = len(grid(inventory)["configs"])
+        assert len(docs) == configs and all(d["engine"]["kind"] == "simulated" for d in docs.values())
         # both losslessness checks judged on the keyed server: the greedy one on its restart, the sampled one
         # against the baseline's samples (sampled-reference.json)
         good = {k: d for k, d in docs.items() if d["status"] == "ok"}
@@ -250,7 +255,7 @@ def rehearse(inventory: str, address: str, results: Path, *, tuner_and_tools: bo
         what_the_host_ran(inventory, results / run_id, docs)
         check = subprocess.run(["sha256sum", "-c", "--quiet", "MANIFEST.sha256"], cwd=results / run_id, check=False)
         assert check.returncode == 0
-        timed(f"{inventory} sweep (4 configs, --lossless-restart {mode})", t)
+        timed(f"{inventory} sweep ({configs} configs, --lossless-restart {mode})", t)
 
         if tuner_and_tools:
             tune(inventory, results, tool, logs)
