@@ -34,8 +34,8 @@ export PYTHONUNBUFFERED := 1
 # builds and signs a local apt repository.
 APT_PACKAGES := podman runc debootstrap patch bubblewrap gnupg dpkg-dev openssh-client
 
-.PHONY: help demo test setup test-setup system-packages venv cpu-venv image testhost wheelhouse deploy sweep tune \
-        lint sanity manifest manifest-check locks unit host-checks host-checks-run molecule molecule-run service-checks service-checks-run deploy-run \
+.PHONY: help demo test setup system-packages venv cpu-venv image testhost wheelhouse deploy sweep tune \
+        lint sanity manifest manifest-check locks unit host-checks host-checks-run molecule molecule-run molecule-testhost-run service-checks service-checks-run deploy-run \
         rehearsal rehearsal-run clean-testhost fleet-hosts fleet fleet-run clean-fleet-hosts
 
 help:
@@ -74,12 +74,6 @@ $(CPU_VENV)/.stamp: patches/tools/make-cpu-venv.sh patches/tools/cpu-venv-constr
 cpu-venv: $(CPU_VENV)/.stamp
 
 setup: system-packages venv
-
-# make test's first stage: the Debian packages, then the controller venv and the CPU venv side by side (each is
-# mostly one pip on one core, and nothing else runs yet: built one after the other, one of the two cores idled
-# for the first's whole time)
-test-setup: system-packages
-	$(MAKE) --no-print-directory -j2 --output-sync=target venv cpu-venv
 
 image: system-packages
 	testhost/build-image.sh
@@ -179,6 +173,14 @@ molecule: setup image wheelhouse
 molecule-run: venv
 	$(BIN)/molecule test
 
+# make test's main test host, deployed once: molecule's scenario run on sglang-testhost (inventory/local's host,
+# its connection linked into molecule/default/host_vars/sglang-testhost/): destroy, create, prepare, converge
+# (site.yml on a fresh host), idempotence, verify, and no destroy: the service checks run on it next.
+# --destroy never also skips the sequence's first destroy, so a host left from an earlier run is destroyed first.
+molecule-testhost-run: venv
+	SGLANG_MOLECULE_INSTANCE=sglang-testhost $(BIN)/molecule destroy
+	SGLANG_MOLECULE_INSTANCE=sglang-testhost $(BIN)/molecule test --destroy never
+
 # The operator's path, executed (tests/rehearsal/): REPRODUCE.md's command blocks as written
 # on a bare Ubuntu 24.04 controller and host, each in a network namespace of its own
 # (local mirrors of the NVIDIA repository, the Python index and the Hub; GPU stand-ins;
@@ -205,8 +207,10 @@ service-checks-run: venv
 	  tests/deploy/test_lease_testhost.py tests/deploy/test_ssh_connection.py tests/deploy/test_collection_testhost.py
 
 # Every stage in order, each timed; the times go to results/stage-times.txt. The main lane: the setup, the unit
-# tests, then the main test host sglang-testhost (sshd 31022, service port 31001): up, site.yml, the service checks;
-# then molecule (its own instance sglang-molecule, sshd 31012, service port 31011). A failed main-lane stage stops
+# tests, then the main test host sglang-testhost (sshd 31022, service port 31001), deployed once by molecule's
+# scenario (create, site.yml, idempotence, verify; molecule-testhost-run), then the service checks on it. `make
+# molecule` (its own instance sglang-molecule, sshd 31012, service port 31011) is the same scenario as a user runs
+# it; `make deploy` the same site.yml on inventory/local. A failed main-lane stage stops
 # the side lanes. Stages with test hosts of their own run in two side lanes beside it (scripts/timed-stages.sh):
 # side lane 1, once the wheelhouse has passed: the rehearsal (its own host container operator-testhost on the
 # podman network operator-rehearsal, its own controller container and mirrors, results under
@@ -220,7 +224,7 @@ service-checks-run: venv
 # under /tmp).
 # A side-lane stage rebuilds nothing: setup, image and the wheelhouse have passed by then; host-checks' own rerun
 # of the wheelhouse changes nothing on disk (scripts/build-wheelhouse.sh).
-TEST_STAGES := test-setup image wheelhouse unit testhost deploy-run service-checks-run molecule-run
+TEST_STAGES := setup image wheelhouse cpu-venv unit molecule-testhost-run service-checks-run
 SIDE_LANE_1 := rehearsal-run fleet-run
 SIDE_LANE_2 := lint manifest-check locks host-checks-run sanity
 test:

@@ -45,6 +45,7 @@ def users_inventory(where: Path) -> Path:
     (inv / "group_vars").mkdir(parents=True)
     (inv / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"gpu_hosts": hosts}}}), encoding="utf-8")
     shutil.copytree(LOCAL / "group_vars" / "all", inv / "group_vars" / "all")
+    shutil.copytree(LOCAL / "host_vars", inv / "host_vars")  # the host's connection
     install = inv / "group_vars" / "all" / "install.yml"
     text = install.read_text(encoding="utf-8").replace("{{ inventory_dir }}/../..", str(ROOT))
     assert "inventory_dir" not in text

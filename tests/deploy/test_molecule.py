@@ -3,7 +3,8 @@
 Enabled with SGLANG_TESTHOST=1 (needs podman, runc, debootstrap and network
 access for the wheelhouse). It converges site.yml with the simulated engine,
 checks idempotence, then verifies behaviour (a real request). `make test` runs
-`molecule test` itself (the molecule-run stage).
+the scenario itself on its main test host (the molecule-testhost-run stage:
+SGLANG_MOLECULE_INSTANCE=sglang-testhost, no destroy; the service checks follow on that host).
 """
 
 from __future__ import annotations

@@ -265,8 +265,9 @@ def test_the_api_keys_never_leave_the_keys_file(tmp_path: Path):
     (inventory / "group_vars").mkdir(parents=True)
     (inventory / "hosts.yml").symlink_to(ROOT / "inventory/local/hosts.yml")
     (inventory / "group_vars" / "all").symlink_to(ROOT / "inventory/local/group_vars/all")
-    (inventory / "host_vars").mkdir()
-    (inventory / "host_vars" / f"{HOST}.yml").write_text(
+    (inventory / "host_vars" / HOST).mkdir(parents=True)  # inventory/local's connection, then the keys
+    (inventory / "host_vars" / HOST / "main.yml").symlink_to(ROOT / "inventory/local/host_vars" / HOST / "main.yml")
+    (inventory / "host_vars" / HOST / "keys.yml").write_text(
         yaml.safe_dump({"sglang_service_api_key": KEY, "sglang_service_admin_api_key": ADMIN,
                         "sglang_service_host": "0.0.0.0"})
     )  # fmt: skip

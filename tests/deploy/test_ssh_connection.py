@@ -14,9 +14,7 @@ import pytest
 import yaml
 from conftest import ROOT, wants_testhost
 
-HOSTVARS = yaml.safe_load((ROOT / "inventory/local/hosts.yml").read_text())["all"]["children"]["sglang_servers"][
-    "hosts"
-]["sglang-testhost"]
+HOSTVARS = yaml.safe_load((ROOT / "inventory/local/host_vars/sglang-testhost/main.yml").read_text())
 
 
 def test_inventory_local_uses_ssh_with_sudo_pipelining_and_control_persist():

@@ -59,7 +59,7 @@ def test_every_stage_runs_once_and_the_side_lanes_start_after_the_wheelhouse_and
     args = words[words.index("scripts/timed-stages.sh") + 3 :]
     assert args == [lanes["TEST_STAGES"], lanes["SIDE_LANE_1"], "wheelhouse", lanes["SIDE_LANE_2"], "unit"], recipe
     main = lanes["TEST_STAGES"].split()
-    assert main.index("wheelhouse") < main.index("unit") < main.index("deploy-run")
+    assert main.index("wheelhouse") < main.index("unit") < main.index("molecule-testhost-run")
     # beside the unit tests only the rehearsal's hosts: the fleet comes after it, the other hosts after the unit tests
     assert lanes["SIDE_LANE_1"].split()[0] == "rehearsal-run", lanes
 
@@ -117,3 +117,24 @@ def test_molecule_converges_checks_idempotence_and_behaviour_and_reconfigures_no
     assert "side_effect" not in sequence, sequence
     plays = sorted(p.name for p in scenario.rglob("*.yml") if "playbooks/reconfigure.yml" in p.read_text("utf-8"))
     assert not plays, f"molecule's scenario reconfigures the service again: {plays}"
+
+
+def test_the_main_test_host_is_deployed_once_by_molecules_scenario_and_the_service_checks_run_on_it() -> None:
+    """One fresh converge of the main test host: molecule's (site.yml, idempotence, verify) on sglang-testhost, kept
+    for the service checks, which follow it; no deploy-run of its own before it, nor a molecule instance of its own
+    after. The instance is inventory/local's host: its host_vars are inventory/local's file, linked."""
+    main = make_vars("TEST_STAGES")["TEST_STAGES"].split()
+    assert "deploy-run" not in main and "molecule-run" not in main, main
+    assert main.index("molecule-testhost-run") + 1 == main.index("service-checks-run"), main
+    recipe = dry_run("molecule-testhost-run")
+    # --destroy never skips the sequence's first destroy too: a host left from an earlier run is destroyed before
+    molecule = f"SGLANG_MOLECULE_INSTANCE=sglang-testhost {ROOT / '.venv' / 'bin' / 'molecule'}"
+    destroy, test = recipe.find(f"{molecule} destroy\n"), recipe.find(f"{molecule} test --destroy never\n")
+    assert 0 <= destroy < test, recipe
+    scenario = ROOT / "molecule" / "default"
+    platforms = yaml.safe_load((scenario / "molecule.yml").read_text(encoding="utf-8"))["platforms"]
+    assert [p["name"] for p in platforms] == ["${SGLANG_MOLECULE_INSTANCE:-sglang-molecule}"], platforms
+    linked = scenario / "host_vars" / "sglang-testhost" / "main.yml"
+    assert linked.resolve() == (ROOT / "inventory" / "local" / "host_vars" / "sglang-testhost" / "main.yml"), linked
+    for instance in ("sglang-molecule", "sglang-testhost"):  # both install from the scenario's own wheelhouse
+        assert (scenario / "host_vars" / instance / "scenario.yml").resolve() == scenario / "vars" / "scenario.yml"

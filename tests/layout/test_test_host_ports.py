@@ -42,7 +42,7 @@ def listeners() -> dict[tuple[str, str], set[int]]:
     def add(host: str, what: str, value: int) -> None:
         found.setdefault((host, what), set()).add(value)
 
-    local = hosts_of(ROOT / "inventory/local/hosts.yml")["sglang-testhost"]
+    local = yaml.safe_load((ROOT / "inventory/local/host_vars/sglang-testhost/main.yml").read_text(encoding="utf-8"))
     add("sglang-testhost", "sshd", port(local["ansible_port"]))
     testhost = subprocess.run(["make", "-n", "--no-print-directory", "-o", "image", "testhost"], cwd=ROOT,
                               capture_output=True, text=True, timeout=60, check=True).stdout  # fmt: skip

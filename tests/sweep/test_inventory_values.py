@@ -191,7 +191,8 @@ def test_defined_in_finds_the_file_that_sets_a_variable() -> None:
     assert defined_in([ROOT / "inventory" / "ct200"], "sglang_service_api_key") == [
         ROOT / "inventory" / "ct200" / "group_vars" / "all" / "service.yml"
     ]
-    assert defined_in([ROOT / "inventory" / "local"], "ansible_port") == [ROOT / "inventory" / "local" / "hosts.yml"]
+    local = ROOT / "inventory" / "local"
+    assert defined_in([local], "ansible_port") == [local / "host_vars" / "sglang-testhost" / "main.yml"]
 
 
 def _names_read(path: Path) -> set[str]:
