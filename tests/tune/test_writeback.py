@@ -60,7 +60,7 @@ def test_diff_first_then_write_and_read_back_through_ansible_inventory(tmp_path:
 
 def test_a_host_vars_file_in_the_way_is_named(tmp_path: Path) -> None:
     inv = _inventory(tmp_path)
-    (inv / "host_vars").mkdir()
+    (inv / "host_vars").mkdir(exist_ok=True)  # inventory/local has one (the connection, in a directory)
     (inv / "host_vars" / "sglang-testhost.yml").write_text("---\nfoo: 1\n")
     cfg = validate_config({"algorithm": "ddtree", "budget": 6, "topk": 2}, simulated=True)
     with pytest.raises(writeback.WriteBackError, match=r"sglang-testhost\.yml exists as a file"):
