@@ -20,12 +20,15 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.fleet.hosts import ENV, HOSTS, INVENTORY, ROOT, TESTHOST, podman
 
 VICTIM = "sglang-fleet-2"
-#: each host's sshd on this machine (tests/fleet/inventory)
-PORTS = {"sglang-fleet-1": 31031, "sglang-fleet-2": 31032}
+#: the victim's sshd port, as the fleet's inventory names it (the port a refused connection's message names)
+VICTIM_PORT = yaml.safe_load((INVENTORY / "hosts.yml").read_text())["all"]["children"]["sglang_servers"]["hosts"][
+    VICTIM
+]["ansible_port"]
 GRID = """configs:
   - {algorithm: none}
   - {algorithm: ddtree, budget: 8, topk: 4, window: 2048}
@@ -131,5 +134,5 @@ def a_host_down_at_the_start_is_left_out_by_name_before_any_restart(tmp_path: Pa
     text = done.stdout + done.stderr
     assert done.returncode == 0, text
     assert re.search(rf"left out: {VICTIM}: unreachable", text), text
-    assert f"port {PORTS[VICTIM]}" in " ".join(text.split()), text
+    assert f"port {VICTIM_PORT}" in " ".join(text.split()), text
     assert "class " in text and re.search(r"1 host\(s\): sglang-fleet-1(?![,\d])", text), text

@@ -134,7 +134,10 @@ def test_the_main_test_host_is_deployed_once_by_molecules_scenario_and_the_servi
     scenario = ROOT / "molecule" / "default"
     platforms = yaml.safe_load((scenario / "molecule.yml").read_text(encoding="utf-8"))["platforms"]
     assert [p["name"] for p in platforms] == ["${SGLANG_MOLECULE_INSTANCE:-sglang-molecule}"], platforms
-    linked = scenario / "host_vars" / "sglang-testhost" / "main.yml"
-    assert linked.resolve() == (ROOT / "inventory" / "local" / "host_vars" / "sglang-testhost" / "main.yml"), linked
+    connection = ROOT / "inventory" / "local" / "host_vars" / "sglang-testhost" / "main.yml"
+    # both instances connect as inventory/local's host does (sglang-molecule on ports of its own, in its main.yml)
+    for linked in (scenario / "host_vars" / "sglang-testhost" / "main.yml",
+                   scenario / "host_vars" / "sglang-molecule" / "connection.yml"):  # fmt: skip
+        assert linked.resolve() == connection, linked
     for instance in ("sglang-molecule", "sglang-testhost"):  # both install from the scenario's own wheelhouse
         assert (scenario / "host_vars" / instance / "scenario.yml").resolve() == scenario / "vars" / "scenario.yml"
