@@ -165,7 +165,7 @@ host-checks: setup image wheelhouse
 	$(MAKE) --no-print-directory host-checks-run
 
 host-checks-run: venv
-	tests/install/run-host-checks.sh
+	HOSTCHECKS_LOGS=$(RESULTS)/host-checks tests/install/run-host-checks.sh
 
 molecule: setup image wheelhouse
 	$(MAKE) --no-print-directory molecule-run

@@ -33,7 +33,8 @@
 # Usage: tests/install/run-host-checks.sh        (KEEP=1 keeps the container, CHECK_MODE=1 adds --check)
 # Env:   CONTAINER (sglang-hostchecks), TESTHOST_IMAGE (testhost/common.sh),
 #        HOSTCHECKS_SSH_PORT (31053: its sshd on 127.0.0.1, as hostchecks/hosts.yml reaches it),
-#        REPO_PORT (31052; the service uses 31051), WHEELHOUSE (.whl), JIT_WHEELHOUSE (.whl-jit)
+#        REPO_PORT (31052; the service uses 31051), WHEELHOUSE (.whl), JIT_WHEELHOUSE (.whl-jit),
+#        HOSTCHECKS_LOGS (the steps' logs; default a new /tmp/host-checks.XXXXXX)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -49,7 +50,14 @@ export ANSIBLE_COLLECTIONS_PATH="$root/.collections"  # the checkout as ddtree.s
 export ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks
 here="$root/tests/install/hostchecks"
 play=(.venv/bin/ansible-playbook -i "$here/hosts.yml")
-log=$(mktemp -d /tmp/host-checks.XXXXXX)
+# Each step's log: in HOSTCHECKS_LOGS (make test: results/host-checks, each run writing its steps' files anew),
+# else in a new /tmp directory.
+if [[ -n "${HOSTCHECKS_LOGS:-}" ]]; then
+    log=$HOSTCHECKS_LOGS
+    mkdir -p "$log"
+else
+    log=$(mktemp -d /tmp/host-checks.XXXXXX)
+fi
 echo "host-checks: logs in $log"
 t_all=$SECONDS
 

@@ -16,9 +16,10 @@ from tests.rehearsal.rehearsal_host import ADDRESS, ENV, NAME, NETWORK, ROOT, in
 
 
 @pytest.fixture(scope="session")
-def results_root() -> Path:
+def results_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """REHEARSAL_RESULTS (make rehearsal: results/rehearsal-<run id>), else in pytest's temporary directory."""
     base = os.environ.get("REHEARSAL_RESULTS")
-    root = Path(base) if base else Path(tempfile.mkdtemp(prefix="rehearsal-"))
+    root = Path(base) if base else tmp_path_factory.mktemp("rehearsal")
     root.mkdir(parents=True, exist_ok=True)
     return root
 

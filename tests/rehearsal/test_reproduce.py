@@ -19,7 +19,6 @@ import os
 import re
 import shlex
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -145,12 +144,13 @@ def edits(clone: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def mirrors(testhost: str, results_root: Path) -> Iterator[dict[str, str]]:
-    """The three local mirrors, on the bridge's gateway address; their base URLs."""
+def mirrors(testhost: str, results_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """The three local mirrors, on the bridge's gateway address; their base URLs. Their files lie in pytest's
+    temporary directory (the last three runs' are kept), not in one of /tmp's own that every run would leave."""
     logs = results_root / "mirrors"
     logs.mkdir(exist_ok=True)
     index_dir = simple_index(files(ROOT / ".whl"))
-    repo = Path(tempfile.mkdtemp(prefix="reproduce-apt-"))
+    repo = tmp_path_factory.mktemp("reproduce-apt")
     started = []
     try:
         pypi = serve_dir(index_dir.parent, GATEWAY, logs / "pypi.log")
@@ -177,10 +177,10 @@ def mirrors(testhost: str, results_root: Path) -> Iterator[dict[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def controller(testhost: str, results_root: Path) -> Iterator[str]:
+def controller(testhost: str, results_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A bare Ubuntu 24.04 controller: user engineer with password-less sudo, its key authorized on the host."""
     subprocess.run(["podman", "rm", "-f", CONTROLLER], env=ENV, check=False, capture_output=True)
-    clone = Path(tempfile.mkdtemp(prefix="reproduce-clone-")) / "sglang-ddtree.git"
+    clone = tmp_path_factory.mktemp("reproduce-clone") / "sglang-ddtree.git"  # the repository the controller clones
     subprocess.run(["git", "clone", "-q", "--bare", str(ROOT), str(clone)], check=True)
     # SANDBOX: as a machine has none of podman's seccomp filter and /proc masks (the coding eval's bubblewrap
     # sets its sandbox's hostname and mounts its /proc in a user namespace: both refused under them)
