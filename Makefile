@@ -164,7 +164,9 @@ unit: venv cpu-venv wheelhouse
 host-checks: setup image wheelhouse
 	$(MAKE) --no-print-directory host-checks-run
 
+# The steps' logs in results/host-checks, emptied first: a failed run shows no step log of an earlier one.
 host-checks-run: venv
+	rm -rf $(RESULTS)/host-checks
 	HOSTCHECKS_LOGS=$(RESULTS)/host-checks tests/install/run-host-checks.sh
 
 molecule: setup image wheelhouse

@@ -50,8 +50,8 @@ export ANSIBLE_COLLECTIONS_PATH="$root/.collections"  # the checkout as ddtree.s
 export ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks
 here="$root/tests/install/hostchecks"
 play=(.venv/bin/ansible-playbook -i "$here/hosts.yml")
-# Each step's log: in HOSTCHECKS_LOGS (make test: results/host-checks, each run writing its steps' files anew),
-# else in a new /tmp directory.
+# Each step's log: in HOSTCHECKS_LOGS (make test: results/host-checks, emptied by the Makefile), else in a new /tmp
+# directory.
 if [[ -n "${HOSTCHECKS_LOGS:-}" ]]; then
     log=$HOSTCHECKS_LOGS
     mkdir -p "$log"

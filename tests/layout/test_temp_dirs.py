@@ -49,6 +49,7 @@ def test_the_check_finds_a_directory_that_is_never_removed(tmp_path: Path) -> No
 
 def test_the_host_checks_write_their_step_logs_under_the_runs_results() -> None:
     commands = dry_run("host-checks-run")
-    assert f"HOSTCHECKS_LOGS={ROOT}/results/host-checks tests/install/run-host-checks.sh" in commands, commands
+    logs = f"{ROOT}/results/host-checks"
+    assert f"rm -rf {logs}\nHOSTCHECKS_LOGS={logs} tests/install/run-host-checks.sh" in commands, commands
     script = (ROOT / "tests" / "install" / "run-host-checks.sh").read_text(encoding="utf-8")
     assert "log=$HOSTCHECKS_LOGS" in script and 'mkdir -p "$log"' in script
