@@ -7,6 +7,7 @@ The routes that serve it are :mod:`repro_py.simengine.openai_routes` (/v1/chat/c
 from __future__ import annotations
 
 import asyncio
+import collections
 import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -28,6 +29,29 @@ class Generation:
     def __init__(self, state: EngineState) -> None:
         self.state = state
         self.settings = state.settings
+        self._unseeded: collections.Counter[str] = collections.Counter()
+
+    def _seed(self, admitted: intake.Admitted, max_tokens: int, drawn: word_sampling.Processing | None) -> int | None:
+        """The request's seed, or the one ``--sim-seed`` gives a sampled request that carries none.
+
+        sglang draws such a request from its generator's running state; here the n-th request of the same
+        prompt and parameters on an engine with the same ``--sim-seed``, speculative config and fault draws
+        from seed ``hash(sim seed, config, request, n)``: every draw is new, and identical requests are
+        interchangeable, so the samples a launch gives for a set of requests do not depend on the order
+        concurrency brings them in (a rehearsal and a test are reproducible), while two configs draw
+        independently of each other (the sampled gate compares them)."""
+        own = admitted.params.sampling_seed
+        if isinstance(own, int):
+            return own
+        if drawn is None:  # greedy: no draw
+            return None
+        params = admitted.params
+        key = repr((admitted.prompt_key, admitted.problem_source, admitted.thinking, max_tokens, drawn,
+                    params.stop_strs, bool(params.ignore_eos)))  # fmt: skip
+        nth = self._unseeded[key]
+        self._unseeded[key] = nth + 1
+        model = textgen.model_name(self.settings.served_model_name)
+        return textgen.derive_seed(self.settings.seed, self.settings.spec, model, key, nth)
 
     def start(self, admitted: intake.Admitted, *, internal: bool = False) -> Request:
         """Hand an admitted request to the scheduler. Only here does it count as a generation request (for
@@ -51,18 +75,19 @@ class Generation:
             state.generation_requests += 1
         params = admitted.params
         garble = state.model_cfg.verify_width if settings.mask_offset_active else None
+        drawn = self._drawn(admitted)
         plan = textgen.plan(
             admitted.prompt_key,
             model=settings.served_model_name,
             max_tokens=max_tokens,
             temperature=admitted.temperature,
-            seed=params.sampling_seed if isinstance(params.sampling_seed, int) else None,
+            seed=self._seed(admitted, max_tokens, drawn),
             stop=params.stop_strs or None,
             ignore_eos=bool(params.ignore_eos),
             thinking=admitted.thinking,
             garble_width=garble,
             problem_source=admitted.problem_source,
-            sampling=self._drawn(admitted),
+            sampling=drawn,
         )
         req = Request(
             rid=uuid.uuid4().hex,

@@ -3,8 +3,9 @@
 The model's raw output is ``<think>`` reasoning ``</think>`` answer. At
 temperature 0 the text depends only on the prompt and the model name, never
 on the speculative settings, so a lossless configuration reproduces it token
-for token. With temperature > 0 the request seed (or fresh randomness when no
-seed is given) samples the words from the simulated target's distribution
+for token. With temperature > 0 the request seed (without one: a seed derived
+from ``--sim-seed``, the config and the request's count, see
+``generation.Generation``) samples the words from the simulated target's distribution
 after its sampling parameters, each drawn the way speculative verification
 draws it (``word_sampling``): the samples' distribution does not depend on the
 speculative settings either, unless the ``bonus-unadjusted`` fault is on.
@@ -169,6 +170,16 @@ def find_problem(text: str) -> Problem | None:
     return None
 
 
+def model_name(model: str) -> str:
+    """The served model's name without its directory: ``/var/lib/m/Kimi-K2.6`` -> ``Kimi-K2.6``."""
+    return model.rstrip("/").rsplit("/", 1)[-1] or model
+
+
+def derive_seed(*parts: object) -> int:
+    """A 64-bit seed from ``parts`` (their ``str``), the same in every process."""
+    return _seed(*parts)
+
+
 def _seed(*parts: object) -> int:
     digest = hashlib.sha256("\x1f".join(map(str, parts)).encode("utf-8")).digest()
     return int.from_bytes(digest[:8], "little")
@@ -262,7 +273,8 @@ def raw_output(
     problem = find_problem(prompt_key if problem_source is None else problem_source)
     pick: Pick = _uniform
     if temperature > 0:
-        rng = random.Random(_seed(model, prompt_key, seed)) if seed is not None else random.Random()
+        # seeded draws depend on the model's name, not on where its directory lies (a test's is a new one each run)
+        rng = random.Random(_seed(model_name(model), prompt_key, seed)) if seed is not None else random.Random()
         pick = WordPicker(sampling or Processing(temperature), WORDS, prompt_key)
     else:
         rng = random.Random(_seed(model, prompt_key, "greedy"))

@@ -52,8 +52,8 @@ def test_every_stage_runs_once_and_the_side_lanes_start_after_the_wheelhouse_and
     assert set(lanes) == set(LANES), lanes
     stages = [s for name in LANES for s in lanes[name].split()]
     assert len(stages) == len(set(stages)), stages
-    recipe = subprocess.run(["make", "-n", "test"], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                            check=True).stdout  # fmt: skip
+    recipe = subprocess.run(["make", "-n", "--no-print-directory", "test"], cwd=ROOT, capture_output=True, text=True,
+                            timeout=60, check=True).stdout  # fmt: skip (the flag: under make, no Entering lines)
     # scripts/timed-stages.sh NAME TIMES 'MAIN' ['SIDE' AFTER]...
     words = shlex.split(recipe.replace("\\\n", " "))
     args = words[words.index("scripts/timed-stages.sh") + 3 :]
