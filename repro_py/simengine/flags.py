@@ -211,8 +211,12 @@ def _add_simulation_flags(p: argparse.ArgumentParser) -> None:
         default=1.0,
         help="Time compression of the performance model: decode steps take model time / SPEED.",
     )
-    s.add_argument("--sim-seed", type=int, default=0,
-                   help="Seed of the per-step acceptance draws and of sampled requests that carry no seed.")
+    s.add_argument(
+        "--sim-seed",
+        type=int,
+        default=0,
+        help="Seed of the per-step acceptance draws and of sampled requests that carry no seed.",
+    )
     s.add_argument(
         "--sim-kv-tokens",
         type=int,

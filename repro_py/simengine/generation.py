@@ -35,11 +35,11 @@ class Generation:
         """The request's seed, or the one ``--sim-seed`` gives a sampled request that carries none.
 
         sglang draws such a request from its generator's running state; here the n-th request of the same
-        prompt and parameters on an engine with the same ``--sim-seed``, speculative config and fault draws
-        from seed ``hash(sim seed, config, request, n)``: every draw is new, and identical requests are
-        interchangeable, so the samples a launch gives for a set of requests do not depend on the order
-        concurrency brings them in (a rehearsal and a test are reproducible), while two configs draw
-        independently of each other (the sampled gate compares them)."""
+        prompt and parameters (the bonus-unadjusted fault among them) on an engine with the same ``--sim-seed``
+        and speculative config draws from seed ``hash(sim seed, config, request, n)``: every draw is new, and
+        identical requests are interchangeable, so the samples a launch gives for a set of requests do not
+        depend on the order concurrency brings them in (a rehearsal and a test are reproducible), while two
+        configs draw independently of each other (the sampled gate compares them)."""
         own = admitted.params.sampling_seed
         if isinstance(own, int):
             return own
@@ -50,8 +50,7 @@ class Generation:
                     params.stop_strs, bool(params.ignore_eos)))  # fmt: skip
         nth = self._unseeded[key]
         self._unseeded[key] = nth + 1
-        model = textgen.model_name(self.settings.served_model_name)
-        return textgen.derive_seed(self.settings.seed, self.settings.spec, model, key, nth)
+        return textgen.derive_seed(self.settings.seed, self.settings.spec, key, nth)  # textgen adds the model's name
 
     def start(self, admitted: intake.Admitted, *, internal: bool = False) -> Request:
         """Hand an admitted request to the scheduler. Only here does it count as a generation request (for

@@ -177,10 +177,6 @@ def model_name(model: str) -> str:
 
 def derive_seed(*parts: object) -> int:
     """A 64-bit seed from ``parts`` (their ``str``), the same in every process."""
-    return _seed(*parts)
-
-
-def _seed(*parts: object) -> int:
     digest = hashlib.sha256("\x1f".join(map(str, parts)).encode("utf-8")).digest()
     return int.from_bytes(digest[:8], "little")
 
@@ -274,14 +270,14 @@ def raw_output(
     pick: Pick = _uniform
     if temperature > 0:
         # seeded draws depend on the model's name, not on where its directory lies (a test's is a new one each run)
-        rng = random.Random(_seed(model_name(model), prompt_key, seed)) if seed is not None else random.Random()
+        rng = random.Random(derive_seed(model_name(model), prompt_key, seed)) if seed is not None else random.Random()
         pick = WordPicker(sampling or Processing(temperature), WORDS, prompt_key)
     else:
-        rng = random.Random(_seed(model, prompt_key, "greedy"))
+        rng = random.Random(derive_seed(model, prompt_key, "greedy"))
     if problem is not None:
-        text = _problem_text(problem, random.Random(_seed(model, problem.id)))
+        text = _problem_text(problem, random.Random(derive_seed(model, problem.id)))
     else:
-        natural = 1500 + _seed(model, prompt_key, "length") % 1500
+        natural = 1500 + derive_seed(model, prompt_key, "length") % 1500
         text = _free_text(rng, natural, limit if thinking else None, pick)
     if not thinking:
         text = text.split(THINK_CLOSE, 1)[1].lstrip("\n") if THINK_CLOSE in text else text
@@ -290,7 +286,7 @@ def raw_output(
 
 def garble_position(prompt_key: str) -> int:
     """Where the mask-offset corruption starts (a deterministic early position)."""
-    return 12 + _seed(prompt_key, "mask-offset") % 36
+    return 12 + derive_seed(prompt_key, "mask-offset") % 36
 
 
 def plan(
@@ -325,13 +321,13 @@ def plan(
     )
     all_pieces = tokenizer.pieces(text)
     if ignore_eos:
-        filler = random.Random(_seed(model, prompt_key, "ignore_eos"))
+        filler = random.Random(derive_seed(model, prompt_key, "ignore_eos"))
         while len(all_pieces) < max_tokens:
             all_pieces += tokenizer.pieces("\n\n" + _paragraphs(filler, 200))
     garbled_from: int | None = None
     if garble_width is not None:
         garbled_from = garble_position(prompt_key)
-        junk = random.Random(_seed(prompt_key, "garbage", garble_width))
+        junk = random.Random(derive_seed(prompt_key, "garbage", garble_width))
         all_pieces = all_pieces[:garbled_from] + [junk.choice(_GARBAGE) for _ in all_pieces[garbled_from:]]
     finish = "stop"
     matched: int | str | None = EOS_TOKEN_ID
