@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import statistics
 import sys
 import tempfile
@@ -49,7 +50,8 @@ async def gate(eng: Engine, reference: dict[str, Any] | None, baseline: bool = F
 
 async def run(trials: int, speed: float) -> None:
     fast = ["--sim-load-seconds", "0", "--sim-warmup-seconds", "0", "--sim-speed", str(speed)]
-    group = EngineGroup(Path(tempfile.mkdtemp(prefix="sampled-gate-")), fast)
+    models = Path(tempfile.mkdtemp(prefix="sampled-gate-"))
+    group = EngineGroup(models, fast)
     try:
         base = group.start([])
         healthy = group.start(ddtree_flags())
@@ -83,6 +85,7 @@ async def run(trials: int, speed: float) -> None:
               f"{statistics.median(model):.1f} s of modelled CT200 engine time")
     finally:
         group.stop_all()
+        shutil.rmtree(models, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -81,6 +82,13 @@ async def measure(configs: list[spec_config.SpecConfig], tokens: int) -> None:
     print(f"\n4. Measured through the simulated engine (counter-derived, 8 streams x {tokens} tokens, context 60)")
     print(f"{'config':<28} " + " ".join(f"{'T=' + str(t):>14}" for t in TEMPERATURES) + "   (measured / model)")
     root = Path(tempfile.mkdtemp(prefix="sampled-accept-"))
+    try:
+        await measure_each(configs, tokens, root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def measure_each(configs: list[spec_config.SpecConfig], tokens: int, root: Path) -> None:
     for cfg in configs:
         flags = spec_config.to_engine_flags(cfg, drafter_path=None)
         eng = start_engine([*flags, "--sim-speed", "50", "--enable-metrics", "--sim-load-seconds", "0.2",

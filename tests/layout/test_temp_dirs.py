@@ -1,4 +1,4 @@
-"""``make test`` leaves nothing of its own in /tmp.
+"""``make test`` leaves nothing of its own in /tmp, nor does a benchmark.
 
 Run after run, a directory the suite makes and never removes adds up: the rehearsal's bare clone of this
 repository (8 MB and growing with it), its apt and hub mirrors, and the bare-host checks' step logs were left in
@@ -33,6 +33,12 @@ def kept_temporary_directories(path: Path, root: Path = ROOT) -> list[str]:
 def test_test_code_removes_every_temporary_directory_it_makes() -> None:
     kept = [name for path in sorted((ROOT / "tests").rglob("*.py")) for name in kept_temporary_directories(path)]
     assert not kept, f"tempfile.mkdtemp without removal (use tmp_path_factory, or remove it): {kept}"
+
+
+def test_the_benchmarks_remove_every_temporary_directory_they_make() -> None:
+    """A benchmark is run by hand, again and again: each run's engines' model directories left in /tmp add up."""
+    kept = [name for path in sorted((ROOT / "benchmarks").glob("*.py")) for name in kept_temporary_directories(path)]
+    assert not kept, f"tempfile.mkdtemp without removal (use tempfile.TemporaryDirectory, or remove it): {kept}"
 
 
 def test_the_check_finds_a_directory_that_is_never_removed(tmp_path: Path) -> None:
