@@ -4,8 +4,8 @@ Every task that runs a module on a host sends it an AnsiballZ payload: the modul
 module_utils it imports, zipped, which Python's ``zipimport`` loads from their sources on every
 run (it keeps no bytecode), and in Python 3.12 compiles each of them twice (``find_spec`` asks
 the importer for the file name, which ``zipimport`` answers by compiling the module, then
-``exec_module`` compiles it again). ``make test`` runs some three thousand modules on its test
-hosts, so that compile is one of its largest single costs (docs/testing.md).
+``exec_module`` compiles it again). ``make test`` starts some 3,300 Python processes on its test
+hosts, most of them module runs, so that compile is one of its largest single costs (docs/testing.md).
 
 This builds real payloads with this checkout's ansible-core (``ansible.builtin.stat`` and
 ``ansible.builtin.command``, kept with ``ANSIBLE_KEEP_REMOTE_FILES``), then, in a container of the
