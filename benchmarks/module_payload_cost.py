@@ -93,7 +93,7 @@ else:
 """
 
 
-def build_payload(name: str, args: str, dest: Path) -> Path:
+def build_payload(name: str, args: str, dest: Path) -> None:
     """ansible-core's own payload of ``ansible.builtin.<name>``, as it sends it to a host (kept by
     ANSIBLE_KEEP_REMOTE_FILES from a run on this machine)."""
     keep = dest / "keep"
@@ -111,7 +111,6 @@ def build_payload(name: str, args: str, dest: Path) -> Path:
     target = dest / "payloads" / name
     target.mkdir(parents=True)
     shutil.copy(wrapper, target)
-    return target
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -81,31 +80,24 @@ def closing() -> list[spec_config.SpecConfig]:
 async def measure(configs: list[spec_config.SpecConfig], tokens: int) -> None:
     print(f"\n4. Measured through the simulated engine (counter-derived, 8 streams x {tokens} tokens, context 60)")
     print(f"{'config':<28} " + " ".join(f"{'T=' + str(t):>14}" for t in TEMPERATURES) + "   (measured / model)")
-    root = Path(tempfile.mkdtemp(prefix="sampled-accept-"))
-    try:
-        await measure_each(configs, tokens, root)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-
-
-async def measure_each(configs: list[spec_config.SpecConfig], tokens: int, root: Path) -> None:
-    for cfg in configs:
-        flags = spec_config.to_engine_flags(cfg, drafter_path=None)
-        eng = start_engine([*flags, "--sim-speed", "50", "--enable-metrics", "--sim-load-seconds", "0.2",
-                            "--sim-warmup-seconds", "0"], model_root=root)  # fmt: skip
-        try:
-            eng.wait_ready(60)
-            cells = []
-            for t in TEMPERATURES:
-                settings = BenchSettings(contexts=(60,), concurrency=(8,), repeats=1, max_tokens=tokens, warmup=1,
-                                         temperature=t, top_p=1.0)  # fmt: skip
-                result = await run_matrix(Endpoint(eng.url), settings)
-                got = result["cells"][0]["median"]["accept_length"]
-                want = perf_model.accept_length(model_config(cfg), 60, t)
-                cells.append(f"{got:.2f}/{want:.2f}")
-            print(f"{cfg.label:<28} " + " ".join(f"{c:>14}" for c in cells))
-        finally:
-            eng.stop()
+    with tempfile.TemporaryDirectory(prefix="sampled-accept-") as root:
+        for cfg in configs:
+            flags = spec_config.to_engine_flags(cfg, drafter_path=None)
+            eng = start_engine([*flags, "--sim-speed", "50", "--enable-metrics", "--sim-load-seconds", "0.2",
+                                "--sim-warmup-seconds", "0"], model_root=root)  # fmt: skip
+            try:
+                eng.wait_ready(60)
+                cells = []
+                for t in TEMPERATURES:
+                    settings = BenchSettings(contexts=(60,), concurrency=(8,), repeats=1, max_tokens=tokens, warmup=1,
+                                             temperature=t, top_p=1.0)  # fmt: skip
+                    result = await run_matrix(Endpoint(eng.url), settings)
+                    got = result["cells"][0]["median"]["accept_length"]
+                    want = perf_model.accept_length(model_config(cfg), 60, t)
+                    cells.append(f"{got:.2f}/{want:.2f}")
+                print(f"{cfg.label:<28} " + " ".join(f"{c:>14}" for c in cells))
+            finally:
+                eng.stop()
 
 
 def main(argv: list[str] | None = None) -> int:

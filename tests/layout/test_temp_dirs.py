@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from tests.layout.test_make_test_lanes import dry_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,15 +32,14 @@ def kept_temporary_directories(path: Path, root: Path = ROOT) -> list[str]:
     return found
 
 
-def test_test_code_removes_every_temporary_directory_it_makes() -> None:
-    kept = [name for path in sorted((ROOT / "tests").rglob("*.py")) for name in kept_temporary_directories(path)]
-    assert not kept, f"tempfile.mkdtemp without removal (use tmp_path_factory, or remove it): {kept}"
-
-
-def test_the_benchmarks_remove_every_temporary_directory_they_make() -> None:
-    """A benchmark is run by hand, again and again: each run's engines' model directories left in /tmp add up."""
-    kept = [name for path in sorted((ROOT / "benchmarks").glob("*.py")) for name in kept_temporary_directories(path)]
-    assert not kept, f"tempfile.mkdtemp without removal (use tempfile.TemporaryDirectory, or remove it): {kept}"
+@pytest.mark.parametrize("folder", ["tests", "benchmarks"])
+def test_every_temporary_directory_made_is_removed(folder: str) -> None:
+    """The suite's and the benchmarks' alike: a benchmark is run by hand, again and again, and each run's engines'
+    model directories left in /tmp add up as the suite's would."""
+    kept = [name for path in sorted((ROOT / folder).rglob("*.py")) for name in kept_temporary_directories(path)]
+    assert not kept, (
+        f"tempfile.mkdtemp without removal (use tmp_path_factory or tempfile.TemporaryDirectory, or remove it): {kept}"
+    )
 
 
 def test_the_check_finds_a_directory_that_is_never_removed(tmp_path: Path) -> None:
