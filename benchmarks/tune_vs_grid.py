@@ -171,6 +171,28 @@ SPACES: dict[str, dict[str, Any]] = {
         "grid": {"algorithm": ["ddtree"], "budget": [4, 5, 6, 7, 8, 10], "topk": [1, 2, 4, 6], "block_size": [8, 16],
                  "window": ["none"]},
     },
+    # Three spaces written after a candidate search (new settings first, not shipped) was chosen on A to I with the
+    # performance model, before any search ran on them (docs/tune.md).
+    # block 16 only, odd budgets 3..13 x top-K 1, 2, 3, a 256-token window the run outgrows and a full cache, the chain
+    "J": {
+        "configs": [{"algorithm": "none"}, CURRENT, {"algorithm": "dflash", "block_size": 16, "window": "none"}],
+        "grid": {"algorithm": ["ddtree"], "budget": [3, 5, 7, 9, 11, 13], "topk": [1, 2, 3], "block_size": [16],
+                 "window": [256, "none"]},
+    },
+    # both blocks, budgets 2..16 x top-K 1, 2, 4, full cache, both chains
+    "K": {
+        "configs": [{"algorithm": "none"}, CURRENT, {"algorithm": "dflash", "block_size": 8, "window": "none"},
+                    {"algorithm": "dflash", "block_size": 16, "window": "none"}],
+        "grid": {"algorithm": ["ddtree"], "budget": [2, 3, 4, 6, 8, 12, 16], "topk": [1, 2, 4], "block_size": [8, 16],
+                 "window": ["none"]},
+    },
+    # block 8, every budget 3..8 x top-K 1..4, windows 192 (outgrown), 1024 (covers the run: one config with the
+    # full cache) and none
+    "L": {
+        "configs": [{"algorithm": "none"}, CURRENT],
+        "grid": {"algorithm": ["ddtree"], "budget": [3, 4, 5, 6, 7, 8], "topk": [1, 2, 3, 4], "block_size": [8],
+                 "window": [192, 1024, "none"]},
+    },
 }  # fmt: skip
 EQUAL_WITHIN = 0.02
 RANDOM_DRAWS = 2000
