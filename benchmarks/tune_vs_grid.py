@@ -4,7 +4,8 @@ For each space (by default G, H and I, none of them a space the tuner's
 settings were chosen on: ``tests/tune/conftest.py``'s MEDIUM_SPACE for the
 surrogate, A, B and C for the trust region and the constant mean, A to F for
 the search designs tried since, with ``benchmarks/tune_search_model.py``; A to
-F stay here for the earlier tables) and each objective:
+F stay here for the earlier tables; J, K and L were written after a candidate
+was chosen on A to I, for ``--spaces J,K,L``) and each objective:
 
 * the **full grid**: every config of the space (and the inventory's current
   config) restarted and measured by the sweep's own loop (``SweepRunner``:
