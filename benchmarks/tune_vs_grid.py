@@ -194,6 +194,26 @@ SPACES: dict[str, dict[str, Any]] = {
         "grid": {"algorithm": ["ddtree"], "budget": [3, 4, 5, 6, 7, 8], "topk": [1, 2, 3, 4], "block_size": [8],
                  "window": [192, 1024, "none"]},
     },
+    # written after the J, K, L run, before any search ran on them (for the confirmation restarts' run):
+    # both blocks, budgets 3..7 and 9 x top-K 1..3, full cache, both chains
+    "M": {
+        "configs": [{"algorithm": "none"}, CURRENT, {"algorithm": "dflash", "block_size": 8, "window": "none"},
+                    {"algorithm": "dflash", "block_size": 16, "window": "none"}],
+        "grid": {"algorithm": ["ddtree"], "budget": [3, 4, 5, 6, 7, 9], "topk": [1, 2, 3], "block_size": [8, 16],
+                 "window": ["none"]},
+    },
+    # block 16, budgets 2, 4, 5, 6, 8, 10, 14 x top-K 1, 2, 4 x windows 320 (outgrown) and none, the chain
+    "N": {
+        "configs": [{"algorithm": "none"}, CURRENT, {"algorithm": "dflash", "block_size": 16, "window": "none"}],
+        "grid": {"algorithm": ["ddtree"], "budget": [2, 4, 5, 6, 8, 10, 14], "topk": [1, 2, 4], "block_size": [16],
+                 "window": [320, "none"]},
+    },
+    # block 8, budgets 4, 5, 6, 8 x top-K 1, 2, 3, 5 x windows 96 (outgrown) and none, the chain
+    "O": {
+        "configs": [{"algorithm": "none"}, CURRENT, {"algorithm": "dflash", "block_size": 8, "window": "none"}],
+        "grid": {"algorithm": ["ddtree"], "budget": [4, 5, 6, 8], "topk": [1, 2, 3, 5], "block_size": [8],
+                 "window": [96, "none"]},
+    },
 }  # fmt: skip
 EQUAL_WITHIN = 0.02
 RANDOM_DRAWS = 2000
