@@ -17,11 +17,13 @@ tuned that way is judged on other spaces and seeds, and on a measured grid, by
 Per space and objective, side by side in one run on the same seeds:
 
 * **tuner**: this release's search (a trust region around the winner so far, a
-  surrogate with a constant mean);
+  surrogate with a constant mean, new settings first, each at its best predicted
+  top-K; confirmation restarts with restarts no new candidate can use);
 * **tuner: one it could crown**: the runs where the tuner measured a config within the hit band
   to the full rung and gated it, crowned or not (what it found; the tuner column is what it crowned);
-* **previous**: an earlier release's (bounds over the whole space, a linear
-  trend in log2 budget);
+* **previous**: the previous release's (``SearchSettings.previous_release``:
+  four configs of initial design, the bound over every unmeasured config, no
+  confirmation restarts);
 * **random**: as many configs as the tuner's budget less the restore, drawn without
   replacement, each measured once with the same noise, the best measured winning;
 * **random, same obligations**: random search that spends the budget as the tuner must before
@@ -46,7 +48,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import math
 import random
 import sys
@@ -78,7 +79,7 @@ def tuner_winner(
     loop = make_loop(root, space, (objective,), measure=measure, default=CURRENT, budget=Budget(max_restarts=budget),
                      run=f"{'previous' if previous else 'tuner'}-{seed}", lossless_mode="shared")  # fmt: skip
     if previous:
-        loop.search.settings = dataclasses.replace(loop.search.settings, trust_radius=None, surrogate_trend=True)
+        loop.search.settings = loop.search.settings.previous_release()
     outcome = asyncio.run(loop.run())
     (won,) = verdict.winners(loop.search)
     (obj,) = loop.search.settings.objectives

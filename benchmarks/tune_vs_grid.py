@@ -26,10 +26,14 @@ was chosen on A to I, for ``--spaces J,K,L``) and each objective:
   with a restart budget of 30% of the grid's restarts, the grid counting one
   restart per config that differs for the run (configs whose draft window
   covers every token of the run are one config) plus the restore;
-* the **previous tuner** (``--previous``, the default): an earlier release's
-  search, bounds over the whole space and a linear trend in the surrogate, per
-  seed with the same budget and the same per-restart engine seeds, judged on the
-  same grid: the two searches side by side in one run;
+* the **previous tuner** (``--previous``, the default): the previous release's
+  search (``SearchSettings.previous_release``: four configs of initial design,
+  the bound over every unmeasured config, no confirmation restarts), per
+  seed with the same budget and the same per-restart engine seeds, judged on
+  the same grid: the two searches side by side in one run; for both,
+  the summary also counts the runs where the search measured a config within
+  2% of the optimum to the full rung and gated it (what it found, crowned or
+  not: a miss is the search's or the pick's);
 * **random search** at the same budget: as many configs as the tuner may
   restart (the restore set aside), drawn uniformly without replacement from the
   space with the seed, the best by its own measurement (the grid's first pass:
@@ -488,20 +492,22 @@ class TunerRow:
     wall_s: float
     replace: bool | None
     between_cv: float
+    #: the configs it could have crowned: measured to the full rung for the objective and gated
+    could: list[str]
+    confirmations: int
 
 
 def run_tuner(
     args: argparse.Namespace, root: Path, name: str, objective: Objective, *, seed: int, max_restarts: int,
     previous: bool = False,
 ) -> TunerRow:
-    """One tuning run; ``previous``: an earlier release's search (bounds over the whole space, a linear trend in the
-    surrogate) in place of this one's (a trust region around the winner so far, a constant mean)."""
+    """One tuning run; ``previous``: the previous release's search in place of this one's."""
     port = free_port()
     target = target_for(port, SPACES[name])
     space = load_space(target)
     settings = settings_for(objective, args.max_tokens)
     if previous:
-        settings = dataclasses.replace(settings, trust_radius=None, surrogate_trend=True)
+        settings = settings.previous_release()
     bench = BenchPlan(
         contexts=(objective.cell.context,),
         concurrency=(objective.cell.concurrency,),
@@ -539,6 +545,8 @@ def run_tuner(
         time.monotonic() - t0,
         None if versus is None else versus.replace,
         search.noise.between().cv,
+        [rec.base_label for rec, _ in search.ranked(objective)],
+        len(search.confirmations()),
     )
 
 
@@ -576,9 +584,11 @@ def print_summary(
     for previous in sorted({bool(r["previous"]) for r in rows}):
         arm = [r for r in rows if bool(r["previous"]) == previous]
         print(
-            f"{'previous tuner (bounds over the whole space, linear trend)' if previous else 'tuner'}: within 2% of "
+            f"{'previous tuner' if previous else 'tuner'}: within 2% of "
             f"the grid's optimum {sum(r['within_2pct'] for r in arm)}/{len(arm)}; within 2% or not distinguishable "
-            f"from it at {confidence:.0%}: {sum(r['hit'] for r in arm)}/{len(arm)}"
+            f"from it at {confidence:.0%}: {sum(r['hit'] for r in arm)}/{len(arm)}; measured one within 2% to the "
+            f"full rung and gated it (found) {sum(r['found_within_2pct'] for r in arm)}/{len(arm)}; confirmation "
+            f"restarts {sum(r['confirmations'] for r in arm)}"
         )
     rows = [r for r in rows if not r["previous"]]
     n = len(rows)
@@ -678,10 +688,12 @@ def bench_space(
             ratio, close, hit = grid.judge(obj.key, tuned.winner, confidence)
             rand = random_search(grid, labels, obj.key, budget - 1, random.Random(f"{name}:{obj.key}:{seed}"))
             r_ratio, r_close, r_hit = grid.judge(obj.key, rand, confidence)
+            found = any(grid.judge(obj.key, label, confidence)[1] for label in tuned.could)
             table.append(
                 f"| {name} | {obj.key} | {'previous tuner' if previous else 'tuner'} seed {seed} | {tuned.winner} | "
                 f"{truth_text(grid, obj.key, tuned.winner)} | {pct(ratio)} | {yes(close)} | {yes(hit)} | "
-                f"{tuned.restarts} | {tuned.restarts / grid_restarts:.3f} | {tuned.wall_s:.0f} | {rand} | "
+                f"{tuned.restarts}{f' ({tuned.confirmations} confirming)' if tuned.confirmations else ''} | "
+                f"{tuned.restarts / grid_restarts:.3f} | {tuned.wall_s:.0f} | {rand} | "
                 f"{pct(r_ratio)} | {yes(r_close)} | {yes(r_hit)} |"
             )
             rows.append(
@@ -694,7 +706,8 @@ def bench_space(
                     "random_expected_within_2pct": expected[0], "random_expected_hit_rate": expected[1],
                     "optimum": best, "optimum_tps": top, "hit_configs": [close_n, nd_n, measured_n],
                     "oracle": oracle, "oracle_within_2pct": o_close, "grid_pick": own,
-                    "grid_pick_within_2pct": g_close, "grid_pick_hit": g_hit,
+                    "grid_pick_within_2pct": g_close, "grid_pick_hit": g_hit, "found_within_2pct": found,
+                    "confirmations": tuned.confirmations,
                 }
             )  # fmt: skip
             print(table[-1], flush=True)

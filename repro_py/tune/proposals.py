@@ -7,7 +7,8 @@ Order of proposals:
 2. the inventory's current config (``sweep_default_config``), the one to beat;
 3. an initial design: the configs farthest (maximin, in the surrogate's
    feature space) from those measured so far, until ``init_design``
-   speculative configs are in;
+   speculative configs are in (the current config counts: two are the
+   design's);
 4. the current config again (``reference_restarts`` in all): the spread of its
    restarts is the between-restart noise (:mod:`repro_py.tune.noise`). It
    comes after the initial design, so the restarts are apart in time, or
@@ -21,11 +22,30 @@ Order of proposals:
    from them it knows only its mean, and a bound taken over the whole space
    spends the few restarts on far corners whose width, not their promise, makes
    them look good. The objective whose candidate promises the largest gain over
-   its current winner goes next;
+   its current winner goes next. While any unmeasured config has *new settings*
+   (a budget, block, draft window or algorithm that no measured config has
+   together; top-K left out), the candidates are those, each setting at the
+   top-K the surrogate predicts best for it: the step time does not depend on
+   top-K, so such a config teaches both parts of the surrogate and a top-K
+   variant of a measured one only the acceptance; and the bound, least sure of
+   the top-K values it has seen least, would otherwise spend the restarts
+   stepping top-K at the budgets it has measured, or probe a new setting at
+   the far end of the top-K range;
 6. when no candidate of a trust region promises more than ``min_gain``: the
    best bound over the whole space, when it promises more;
 7. then the current winners' unmeasured neighbours (one step in one setting),
-   since a smooth surrogate can round off a sharp optimum.
+   since a smooth surrogate can round off a sharp optimum;
+8. with a restart the budget would leave unused (a gated candidate takes two
+   restarts with its lossless gate's own, one is left) or before the search
+   stops, a *confirmation* (``confirm_restarts`` at most): a repeated restart
+   of a leader that the run's confidence does not separate from the winner so
+   far (the one of them restarted least, the better first), so that a winner
+   is less often the luckiest of several near-equal configs measured once; a
+   config's figure is the mean over its restarts. None is made when the
+   winner is ahead of every other config at the run's confidence. A
+   confirmation never takes a restart a new candidate could have had: spent
+   earlier, on the performance model, they cost the search more configs
+   within 2% of the optimum than they saved in the pick.
 
 Configs that are the same for this run are restarted once: they differ only in
 a draft window that covers every token of every sequence the run measures (its
@@ -47,8 +67,9 @@ import numpy as np
 
 from repro_py.bench.prompts import prompt_tolerance
 from repro_py.spec_config import SpecConfig
+from repro_py.tune.noise import prob_greater
 from repro_py.tune.objectives import Objective
-from repro_py.tune.records import GATES_FAIL, MEASURING, OK, Proposal, RepeatedConfig
+from repro_py.tune.records import GATES_FAIL, MEASURING, OK, Proposal, Record, RepeatedConfig
 from repro_py.tune.search import Search
 from repro_py.tune.surrogate import Observation, Surrogate, accept_features
 from repro_py.tune.sweepio import PlannedConfig
@@ -67,6 +88,31 @@ def equivalence_key(search: Search, cfg: PlannedConfig) -> tuple[object, ...]:
     spec = cfg.spec
     window = None if spec.window is None or spec.window >= longest_sequence(search) else spec.window
     return (cfg.sim_fault, dataclasses.replace(spec, window=window))
+
+
+def settings_key(search: Search, cfg: PlannedConfig) -> tuple[object, ...]:
+    """What a config sets apart from its top-K cap (a draft window that covers the run read as a full cache,
+    as in :func:`equivalence_key`)."""
+    fault, spec = equivalence_key(search, cfg)
+    assert isinstance(spec, SpecConfig)
+    return (fault, dataclasses.replace(spec, topk=None))
+
+
+def new_settings(search: Search, surrogate: Surrogate, candidates: list[PlannedConfig]) -> list[PlannedConfig]:
+    """Of the candidates whose settings apart from top-K no config measured (or being measured) has, per such
+    setting the one whose top-K ``surrogate`` predicts best (its mean, not its bound: the bound's widest is the
+    top-K it knows least, the far end of the range)."""
+    seen = {settings_key(search, r.cfg) for r in search.records.values()}
+    fresh = [c for c in candidates if settings_key(search, c) not in seen]
+    if not fresh:
+        return []
+    mu, _ = surrogate.predict([c.spec for c in fresh])
+    best: dict[tuple[object, ...], tuple[float, PlannedConfig]] = {}
+    for cfg, mean in zip(fresh, mu, strict=True):
+        key = settings_key(search, cfg)
+        if key not in best or float(mean) > best[key][0]:
+            best[key] = (float(mean), cfg)
+    return [cfg for _, cfg in best.values()]
 
 
 def unmeasured(search: Search) -> list[PlannedConfig]:
@@ -106,9 +152,9 @@ def trust_region(
 ) -> tuple[list[PlannedConfig], float | None]:
     """The candidates within the trust radius of ``obj``'s speculative winner so far (root mean square of the
     scaled feature differences), the radius widened by half until one is inside; all of them, and None, when
-    nothing speculative has won yet or the settings have no trust radius (the previous release's search)."""
+    nothing speculative has won yet."""
     winner = next((rec for rec, _ in search.ranked(obj) if rec.cfg.spec.algorithm != "none"), None)
-    if winner is None or not candidates or search.settings.trust_radius is None:
+    if winner is None or not candidates:
         return candidates, None
     centre = scaled_features(search, [winner.cfg])[0]
     dist = np.sqrt(np.mean((scaled_features(search, candidates) - centre) ** 2, axis=1))
@@ -160,7 +206,7 @@ def in_flight(search: Search, obj: Objective) -> list[SpecConfig]:
 
 def surrogate_for(search: Search, obj: Objective) -> Surrogate:
     """An unfitted surrogate of ``obj``'s cell, its window features at the run's longest sequence."""
-    return Surrogate(longest_sequence(search), obj.cell.concurrency, trend=search.settings.surrogate_trend)
+    return Surrogate(longest_sequence(search), obj.cell.concurrency)
 
 
 def fit_surrogates(search: Search) -> dict[str, Surrogate]:
@@ -200,6 +246,46 @@ def next_reference_restart(search: Search) -> int:
     return max((r.restart for r in search.reference_records()), default=0) + 1
 
 
+def confirmation(
+    search: Search, remaining: int | None, per_config: int = 1, *, stopping: bool = False
+) -> Proposal | None:
+    """A repeated restart of a leader, when one is due (see the module docstring): the search is ``stopping``, or
+    the ``remaining`` restarts (None: the budget does not count restarts) cannot take a new candidate, which may
+    take ``per_config``."""
+    if len(search.confirmations()) >= search.settings.confirm_restarts:
+        return None
+    if not stopping and (remaining is None or remaining >= per_config):
+        return None
+    level = search.noise.confidence
+    best: tuple[float, Objective, Record, str] | None = None
+    for obj in search.settings.objectives:
+        ranked = search.ranked(obj)
+        if len(ranked) < 2 or any(r.status == MEASURING for r in search.restarts_of(ranked[0][0])):
+            continue
+        top, top_est = ranked[0]
+        close = [(rec, est) for rec, est in ranked[1:] if prob_greater(top_est, est) < level]
+        if not close:
+            continue
+        p = prob_greater(top_est, close[0][1])
+        pick, _ = min([ranked[0], *close], key=lambda item: (len(search.restarts_of(item[0])), -item[1].mean))
+        why = (
+            f"the winner so far {top.label} ({top_est.text()} tok/s, {len(search.restarts_of(top))} restart(s)) is "
+            f"ahead of {close[0][0].label} ({close[0][1].text()}) with probability {p:.0%}, below the {level:.0%} "
+            f"asked; {len(close)} config(s) not separated from it"
+        )
+        if best is None or p < best[0]:
+            best = (p, obj, pick, why)
+    if best is None:
+        return None
+    _, obj, rec, why = best
+    number = max(r.restart for r in search.restarts_of(rec)) + 1
+    return Proposal(
+        RepeatedConfig.of(rec.cfg, number),
+        f"confirmation for {obj.key}: restart {number} of {rec.label}; {why}",
+        obj.key,
+    )
+
+
 def local_check(search: Search, pool: list[PlannedConfig]) -> Proposal | None:
     """Before stopping: a neighbour of a current winner that was never measured (the surrogate is smooth
     and can round off a sharp optimum; one step in each setting around the winner checks it)."""
@@ -237,6 +323,9 @@ def propose(search: Search, remaining: int | None = None, per_config: int = 1) -
     repeat = reference_repeat(search, remaining, per_config)
     if repeat is not None:
         return repeat
+    confirm = confirmation(search, remaining, per_config)
+    if confirm is not None:
+        return confirm
     if not pool:
         return _stop(search, "every config of the space was measured (or one that is the same for this run)")
     speculative = [c for c in pool if c.spec.algorithm != "none"]
@@ -253,13 +342,16 @@ def propose(search: Search, remaining: int | None = None, per_config: int = 1) -
         if not surrogate.fitted:
             return Proposal(maximin(search, speculative), "initial design: too few screened configs to fit")
         fitted[obj.key] = surrogate
-    best = best_bound(search, fitted, speculative, local=True)
+    fresh_first = search.settings.new_settings_first
+    best = best_bound(search, fitted, speculative, local=True, fresh_first=fresh_first)
     if best[0] > search.settings.min_gain:
         return best[1]
     local = local_check(search, pool)
     if local is not None:
         return local
-    best = best_bound(search, fitted, speculative, local=False)
+    best = best_bound(search, fitted, speculative, local=False, fresh_first=fresh_first)
+    if fresh_first and best[0] <= search.settings.min_gain:
+        best = best_bound(search, fitted, speculative, local=False)
     if best[0] <= search.settings.min_gain:
         return _stop(
             search,
@@ -271,14 +363,23 @@ def propose(search: Search, remaining: int | None = None, per_config: int = 1) -
 
 
 def best_bound(
-    search: Search, surrogates: dict[str, Surrogate], speculative: list[PlannedConfig], *, local: bool
+    search: Search,
+    surrogates: dict[str, Surrogate],
+    speculative: list[PlannedConfig],
+    *,
+    local: bool,
+    fresh_first: bool = False,
 ) -> tuple[float, Proposal]:
     """(gain, proposal): over the objectives, the candidate whose upper bound promises the largest gain over
-    that objective's winner so far; among each objective's trust region (``local``) or the whole space."""
+    that objective's winner so far; among each objective's trust region (``local``) or the whole space; with
+    ``fresh_first``, among the objective's :func:`new_settings` while there are any."""
     best: tuple[float, Proposal] | None = None
     for obj in search.settings.objectives:
         surrogate = surrogates[obj.key]
-        candidates, radius = trust_region(search, obj, speculative) if local else (speculative, None)
+        fresh = new_settings(search, surrogate, speculative) if fresh_first else []
+        among = ", a setting apart from top-K that no measured config has, at its best predicted top-K" if fresh else ""
+        pool = fresh or speculative
+        candidates, radius = trust_region(search, obj, pool) if local else (pool, None)
         flying = in_flight(search, obj)
         mu, sd = surrogate.believing(flying).predict([c.spec for c in candidates])
         upper = np.exp(mu + search.settings.kappa * sd)
@@ -294,7 +395,7 @@ def best_bound(
         where = (
             "anywhere in the space" if radius is None
             else f"within {radius:.2f} of the winner so far ({len(candidates)} configs)"
-        )  # fmt: skip
+        ) + among  # fmt: skip
         proposal = Proposal(
             candidates[index],
             f"surrogate ({surrogate.mode}) for {obj.key}, {where}: predicted {math.exp(mu[index]):.1f} tok/s, "
@@ -315,5 +416,8 @@ def _stop(search: Search, reason: str) -> Proposal | None:
     repeat = reference_repeat(search, 0)
     if repeat is not None:
         return repeat
+    confirm = confirmation(search, None, stopping=True)
+    if confirm is not None:
+        return confirm
     search.stop_reason = reason
     return None

@@ -45,7 +45,8 @@ from repro_py.tune.space import Space
 from repro_py.tune.surrogate import Surrogate
 from repro_py.tune.sweepio import GATE_FAILED, PlannedConfig
 
-DEFAULT_INIT_DESIGN = 4
+#: Speculative configs in before the surrogate proposes, the current config included (so two are the design's).
+DEFAULT_INIT_DESIGN = 3
 DEFAULT_KAPPA = 2.0
 #: A restart is not worth less than this relative gain over the current winner (the noise floor of one).
 DEFAULT_MIN_GAIN = 0.01
@@ -54,6 +55,9 @@ DEFAULT_REFERENCE_RESTARTS = 2
 #: The surrogate's candidates lie within this distance of the objective's winner so far (the surrogate's
 #: features scaled to the space's range, root mean square over them): :func:`repro_py.tune.proposals.trust_region`.
 DEFAULT_TRUST_RADIUS = 0.35
+#: Repeated restarts of leaders with restarts a new candidate cannot use (the search stopped, or one restart is
+#: left where a gated config takes two): :func:`repro_py.tune.proposals.confirmation`.
+DEFAULT_CONFIRM_RESTARTS = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,14 +70,22 @@ class SearchSettings:
     kappa: float = DEFAULT_KAPPA
     min_gain: float = DEFAULT_MIN_GAIN
     reference_restarts: int = DEFAULT_REFERENCE_RESTARTS
-    #: None: bounds over the whole space, and ``surrogate_trend``: a linear trend in the surrogate (both the
-    #: previous release's search, which benchmarks/tune_vs_grid.py runs beside this one)
-    trust_radius: float | None = DEFAULT_TRUST_RADIUS
-    surrogate_trend: bool = False
+    #: at most this many repeated restarts of leaders the run's confidence does not separate, with restarts no new
+    #: candidate can use (0: none)
+    confirm_restarts: int = DEFAULT_CONFIRM_RESTARTS
+    trust_radius: float = DEFAULT_TRUST_RADIUS
+    #: while some unmeasured configs have settings apart from top-K that no measured config has, the surrogate
+    #: proposes among those only, each at the top-K it predicts best (:func:`repro_py.tune.proposals.new_settings`)
+    new_settings_first: bool = True
 
     @property
     def final(self) -> Rung:
         return self.ladder[-1]
+
+    def previous_release(self) -> SearchSettings:
+        """The search the previous release shipped (four speculative configs before the surrogate, which then
+        proposed among every unmeasured config; no confirmation restarts): the benchmarks run it beside this one."""
+        return dataclasses.replace(self, init_design=4, new_settings_first=False, confirm_restarts=0)
 
 
 class Search:
@@ -116,6 +128,14 @@ class Search:
 
     def reference_records(self) -> list[Record]:
         return sorted((r for r in self.records.values() if self.is_reference(r)), key=lambda r: r.restart)
+
+    def restarts_of(self, rec: Record) -> list[Record]:
+        """Every restart of ``rec``'s config (measured or in flight), the first first."""
+        return sorted((r for r in self.records.values() if r.base_label == rec.base_label), key=lambda r: r.restart)
+
+    def confirmations(self) -> list[Record]:
+        """The repeated restarts of configs other than the reference (leaders measured again)."""
+        return [r for r in self.records.values() if r.restart > 1 and not self.is_reference(r)]
 
     def mandatory_restarts(self, *, restores: int, per_config: int = 1) -> tuple[int, list[str]]:
         """Restarts every run makes besides its candidates: (count, what they are). ``restores``: the final
@@ -170,11 +190,9 @@ class Search:
         return self.noise.estimate(rung, objective, data.tps[objective], projected=objective in data.measured_tps)
 
     def final_estimate(self, rec: Record, objective: str) -> Estimate | None:
-        """The full rung's estimate of a config; for the reference, over every restart that measured it."""
+        """The full rung's estimate of a config, over every restart that measured it there."""
         final = self.settings.final.name
-        if not self.is_reference(rec):
-            return self.estimate(rec, final, objective)
-        parts = [e for r in self.reference_records() if (e := self.estimate(r, final, objective)) is not None]
+        parts = [e for r in self.restarts_of(rec) if (e := self.estimate(r, final, objective)) is not None]
         return self.noise.combined(parts)
 
     # ------------------------------------------------------------ inside one restart
@@ -263,6 +281,10 @@ class Search:
                 keep=True,
                 reason=f"the inventory's current config is measured to the end (the one to beat); {verdict_.reason}",
             )
+        elif not verdict_.keep and rec.restart > 1:
+            decision.update(
+                keep=True, reason=f"a repeated restart of a leader is measured to the end; {verdict_.reason}"
+            )
         for slo in self.settings.slos:
             values = data.slo_values.get(f"{key}|{slo.metric}") or []
             est = self.noise.estimate(data.name, slo.metric, values)
@@ -291,9 +313,10 @@ class Search:
     def wants_gates(self, label: str) -> tuple[bool, str]:
         rec = self.records[label]
         if rec.restart > 1:
+            why = "measures the between-restart noise" if self.is_reference(rec) else "confirms a leader's figure"
             return False, (
                 f"not gated: restart {rec.restart} of {rec.base_label}, which was gated in its first restart "
-                "(this one measures the between-restart noise)"
+                f"(this one {why})"
             )
         if rec.cfg.spec.algorithm == "none":
             return True, "the lossless reference (the autoregressive baseline) is gated"
@@ -368,8 +391,11 @@ class Search:
 
     def eligible(self, rec: Record, obj: Objective) -> bool:
         """Measured at full fidelity for ``obj``, every gate passed, every SLO met (point estimates); a repeated
-        restart stands for its config's first, never for itself."""
+        restart stands for its config's first, never for itself; a config whose repeated restart failed (a leader
+        measured again, not the reference) is out."""
         if rec.restart > 1 or rec.status != OK or rec.gates != GATES_PASS or rec.slo_failures:
+            return False
+        if not self.is_reference(rec) and any(r.status == FAILED for r in self.restarts_of(rec)):
             return False
         if obj.key not in rec.alive:
             return False

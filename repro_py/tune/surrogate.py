@@ -119,17 +119,12 @@ class GaussianProcess:
 
     scale: float = 1.0
     signal: float = 1.0
-    #: also a linear trend in the first feature (the previous release's surrogate; benchmarks compare it)
-    trend: bool = False
     _x: Array | None = None
     _y: Array | None = None
     _noise: Array | None = None
     _alpha: Array | None = None
     _chol: Array | None = None
-    _beta: Array | None = None
-
-    def _trend(self, x: Array) -> Array:
-        return np.column_stack([np.ones(len(x)), x[:, 0]]) if self.trend else np.ones((len(x), 1))
+    _mean: float = 0.0
 
     def _kernel(self, a: Array, b: Array) -> Array:
         d = (a[:, None, :] - b[None, :, :]) / self.scale
@@ -137,17 +132,12 @@ class GaussianProcess:
         return out
 
     def _fit_fixed(self, x: Array, y: Array, noise: Array) -> float:
-        h = self._trend(x)
-        beta = (
-            np.asarray(np.linalg.lstsq(h, y, rcond=None)[0] if len(x) > 2 else [y.mean(), 0.0], dtype=np.float64)
-            if self.trend
-            else np.array([float(y.mean())])
-        )
-        resid = y - h @ beta
+        mean = float(y.mean())
+        resid = y - mean
         k = self._kernel(x, x) + np.diag(noise + 1e-9)
         chol = np.asarray(np.linalg.cholesky(k), dtype=np.float64)
         alpha: Array = np.linalg.solve(chol.T, np.linalg.solve(chol, resid))
-        self._x, self._y, self._noise, self._alpha, self._chol, self._beta = x, y, noise, alpha, chol, beta
+        self._x, self._y, self._noise, self._alpha, self._chol, self._mean = x, y, noise, alpha, chol, mean
         return float(-0.5 * resid @ alpha - np.sum(np.log(np.diag(chol))) - 0.5 * len(x) * math.log(2 * math.pi))
 
     def fit(self, x: Array, y: Array, noise: Array) -> GaussianProcess:
@@ -176,15 +166,15 @@ class GaussianProcess:
         if not len(xs):
             return self
         mean, _ = self.predict(xs)
-        out = GaussianProcess(scale=self.scale, signal=self.signal, trend=self.trend)
+        out = GaussianProcess(scale=self.scale, signal=self.signal)
         out._fit_fixed(np.vstack([self._x, xs]), np.concatenate([self._y, mean]),
                        np.concatenate([self._noise, np.full(len(xs), _BELIEVED_NOISE)]))  # fmt: skip
         return out
 
     def predict(self, xs: Array) -> tuple[Array, Array]:
-        assert self._x is not None and self._alpha is not None and self._chol is not None and self._beta is not None
+        assert self._x is not None and self._alpha is not None and self._chol is not None
         ks = self._kernel(xs, self._x)
-        mean = self._trend(xs) @ self._beta + ks @ self._alpha
+        mean = self._mean + ks @ self._alpha
         v = np.linalg.solve(self._chol, ks.T)
         var = np.maximum(self.signal - np.sum(v * v, axis=0), 1e-12)
         return mean, np.sqrt(var)
@@ -211,7 +201,6 @@ class Surrogate:
     concurrency: int
     mode: str = "unfitted"  # "acceptance/step" | "direct" | "unfitted"
     _parts: list[tuple[GaussianProcess, str]] = dataclasses.field(default_factory=list)
-    trend: bool = False  # GaussianProcess.trend
 
     def _x(self, specs: Sequence[SpecConfig], kind: str) -> Array:
         rows = {
@@ -243,13 +232,13 @@ class Surrogate:
             )
             noise_step = np.array([max(o.rel_se if o.step_rel_se is None else o.step_rel_se, 1e-3) ** 2 for o in obs])
             self._parts = [
-                (GaussianProcess(trend=self.trend).fit(self._x(specs, "accept"), log_acc, noise_acc), "accept"),
-                (GaussianProcess(trend=self.trend).fit(self._x(specs, "step"), log_step, noise_step), "step"),
+                (GaussianProcess().fit(self._x(specs, "accept"), log_acc, noise_acc), "accept"),
+                (GaussianProcess().fit(self._x(specs, "step"), log_step, noise_step), "step"),
             ]
             self.mode = "acceptance/step"
         else:
             log_tps = np.array([math.log(o.tps) for o in obs])
-            self._parts = [(GaussianProcess(trend=self.trend).fit(self._x(specs, "direct"), log_tps, noise), "direct")]
+            self._parts = [(GaussianProcess().fit(self._x(specs, "direct"), log_tps, noise), "direct")]
             self.mode = "direct"
         return self
 
@@ -259,7 +248,7 @@ class Surrogate:
         if not specs or not self._parts:
             return self
         parts = [(gp.believing(self._x(specs, kind)), kind) for gp, kind in self._parts]
-        return Surrogate(self.context, self.concurrency, self.mode, parts, self.trend)
+        return Surrogate(self.context, self.concurrency, self.mode, parts)
 
     @property
     def fitted(self) -> bool:
