@@ -1,11 +1,11 @@
 """The tuner against a MEASURED full grid, with random search at the same budget, on the simulated engine.
 
-For each space (by default G, H and I, none of them a space the tuner's
+For each space (by default M, N and O, none of them a space the tuner's
 settings were chosen on: ``tests/tune/conftest.py``'s MEDIUM_SPACE for the
-surrogate, A, B and C for the trust region and the constant mean, A to F for
+surrogate, A, B and C for the trust region and the constant mean, A to L for
 the search designs tried since, with ``benchmarks/tune_search_model.py``; A to
-F stay here for the earlier tables; J, K and L were written after a candidate
-was chosen on A to I, for ``--spaces J,K,L``) and each objective:
+L stay here for the earlier tables: ``--spaces J,K,L``; M, N and O were written
+before any search ran on them) and each objective:
 
 * the **full grid**: every config of the space (and the inventory's current
   config) restarted and measured by the sweep's own loop (``SweepRunner``:
@@ -60,7 +60,7 @@ acceptance draws differ between restarts, on top of this machine's timing
 noise. Every figure is of this machine running the SIMULATED engine; none
 says anything about GPUs. Usage::
 
-    python benchmarks/tune_vs_grid.py [--spaces G,H,I] [--objectives single-stream,throughput]
+    python benchmarks/tune_vs_grid.py [--spaces M,N,O] [--objectives single-stream,throughput]
                                       [--seeds 707,808,909] [--speed 20] [--json FILE] [--keep DIR]
                                       [--lossless-restart shared|separate] [--from-kept DIR]
 """
@@ -721,7 +721,7 @@ def bench_space(
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--spaces", default="G,H,I")
+    ap.add_argument("--spaces", default="M,N,O")
     ap.add_argument("--objectives", default="single-stream,throughput")
     ap.add_argument("--seeds", default="707,808,909")
     ap.add_argument("--speed", type=float, default=20.0, help="simulated engine --sim-speed (default 20)")

@@ -120,3 +120,9 @@ async def test_a_restart_no_gated_candidate_fits_in_confirms_a_leader_within_the
     (won,) = verdict.winners(search)
     assert won.estimate is not None
     assert won.estimate.n == 3 * len(search.restarts_of(search.records[str(won.label)]))
+    # --resume rebuilds the same search from the result files: the confirmation counted, the same winner
+    again = make_loop(tmp_path, measure=ModelMeasure(2, restart_cv=0.03), budget=Budget(max_restarts=14))
+    await again.run()
+    assert [r.label for r in again.search.confirmations()] == [r.label for r in confirmations]
+    (won2,) = verdict.winners(again.search)
+    assert won2.label == won.label and won2.estimate is not None and won2.estimate.mean == won.estimate.mean
