@@ -38,6 +38,8 @@ class Proposal:
 
 #: The label suffix of a repeated restart of the reference: ``<label>.r2`` is its second restart.
 REPEAT_MARK = ".r"
+#: The service role's variable that restarts the service even when nothing in its unit changed.
+FORCE_RESTART_VAR = "sglang_service_force_restart"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +56,12 @@ class RepeatedConfig(PlannedConfig):
     @property
     def base_label(self) -> str:
         return super().label  # the config's label in the space, its sampling setting included
+
+    def extravars(self) -> dict[str, object]:
+        """As its config's, and a restart forced: on a host that still runs the config (a leader confirmed right
+        after its first restart, on the host that measured it) the service role would otherwise find nothing
+        changed and keep the running process, and the "restart" would measure the same engine again."""
+        return {**super().extravars(), FORCE_RESTART_VAR: True}
 
     @classmethod
     def of(cls, cfg: PlannedConfig, restart: int) -> RepeatedConfig:

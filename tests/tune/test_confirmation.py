@@ -4,14 +4,19 @@ near-equal configs measured once)."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from repro_py.sweep.reconfigure import AnsibleReconfigurer
 from repro_py.tune import proposals, verdict
 from repro_py.tune.ladder import make_ladder
 from repro_py.tune.loop import Budget
 from repro_py.tune.records import Proposal, RepeatedConfig
 from repro_py.tune.search import Search
+from tests.sweep.conftest import make_target
 from tests.tune.conftest import make_loop
 from tests.tune.fakes import ModelMeasure
 
@@ -126,3 +131,27 @@ async def test_a_restart_no_gated_candidate_fits_in_confirms_a_leader_within_the
     assert [r.label for r in again.search.confirmations()] == [r.label for r in confirmations]
     (won2,) = verdict.winners(again.search)
     assert won2.label == won.label and won2.estimate is not None and won2.estimate.mean == won.estimate.mean
+
+
+def test_a_repeated_restart_forces_the_service_to_restart_on_a_host_that_still_runs_the_config(tmp_path: Path) -> None:
+    # A leader confirmed right after its first restart, on the host that measured it (a fleet of two test hosts):
+    # the service role found nothing changed, kept the running process and reported no restart (no time to ready)
+    search = _one_rung_search(tmp_path)
+    cfg = search.space.by_label()[LUCKY]
+    seen: list[dict[str, object]] = []
+
+    class Stop(Exception):
+        pass
+
+    def run_play(playbook: Path, private_dir: Path, extravars: dict[str, object], cancel: object = None) -> None:
+        seen.append(dict(extravars))
+        raise Stop
+
+    reconfigurer = AnsibleReconfigurer(Path(), make_target(), extra_vars={"sglang_service_sim_speed": 20})
+    reconfigurer.run_play = run_play  # type: ignore[method-assign]
+    for planned in (cfg, RepeatedConfig.of(cfg, 2)):
+        with pytest.raises(Stop):
+            reconfigurer.reconfigure(planned, tmp_path / planned.label, threading.Event())
+    first, again = ({k: v for k, v in e.items() if k != "sglang_service_report_path"} for e in seen)
+    assert "sglang_service_force_restart" not in first and first["sglang_service_sim_speed"] == 20
+    assert again == {**first, "sglang_service_force_restart": True}
