@@ -240,10 +240,15 @@ def reference_repeat(search: Search, remaining: int | None, per_config: int = 1)
     )
 
 
+def next_restart(records: list[Record]) -> int:
+    """The number of a config's next restart, from its ``records``: one past the highest (a restart left out of
+    the search, a flagged host's on a fleet, keeps its number)."""
+    return max((r.restart for r in records), default=0) + 1
+
+
 def next_reference_restart(search: Search) -> int:
-    """The number of the reference's next restart: one past the highest measured (a restart left out of the
-    search, a flagged host's on a fleet, keeps its number)."""
-    return max((r.restart for r in search.reference_records()), default=0) + 1
+    """The number of the reference's next restart."""
+    return next_restart(search.reference_records())
 
 
 def confirmation(
@@ -278,7 +283,7 @@ def confirmation(
     if best is None:
         return None
     _, obj, rec, why = best
-    number = max(r.restart for r in search.restarts_of(rec)) + 1
+    number = next_restart(search.restarts_of(rec))
     return Proposal(
         RepeatedConfig.of(rec.cfg, number),
         f"confirmation for {obj.key}: restart {number} of {rec.label}; {why}",

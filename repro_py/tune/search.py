@@ -127,11 +127,14 @@ class Search:
         return self.default is not None and rec.base_label == self.default.label
 
     def reference_records(self) -> list[Record]:
-        return sorted((r for r in self.records.values() if self.is_reference(r)), key=lambda r: r.restart)
+        return [] if self.default is None else self._restarts(self.default.label)
 
     def restarts_of(self, rec: Record) -> list[Record]:
         """Every restart of ``rec``'s config (measured or in flight), the first first."""
-        return sorted((r for r in self.records.values() if r.base_label == rec.base_label), key=lambda r: r.restart)
+        return self._restarts(rec.base_label)
+
+    def _restarts(self, base_label: str) -> list[Record]:
+        return sorted((r for r in self.records.values() if r.base_label == base_label), key=lambda r: r.restart)
 
     def confirmations(self) -> list[Record]:
         """The repeated restarts of configs other than the reference (leaders measured again)."""

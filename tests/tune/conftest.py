@@ -120,3 +120,15 @@ def make_fleet_loop(
     return FleetTuneLoop(plan, search, loop.run_dir, hosts, measure if measure is not None else ModelMeasure(0),
                          bundle=BUNDLE, budget=loop.budget, class_key="classA", offset_limit=offset_limit,
                          console=Console(quiet=True))  # fmt: skip
+
+
+def fixed_cell(values: Sequence[float]) -> dict[str, Any]:
+    """A single-stream cell (60-token prompt) whose repeats read ``values`` tok/s, as the benchmark client writes it
+    (the time per output token under ``itl_token_ms``)."""
+    return {
+        "context": 60,
+        "concurrency": 1,
+        "status": "ok",
+        "median": {"accept_length": 4.0},
+        "repeats": [{"output_tps": v, "errors": 0, "ok": 1, "itl_token_ms": {"p50": 30.0}} for v in values],
+    }

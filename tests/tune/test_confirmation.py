@@ -17,20 +17,10 @@ from repro_py.tune.loop import Budget
 from repro_py.tune.records import Proposal, RepeatedConfig
 from repro_py.tune.search import Search
 from tests.sweep.conftest import make_target
-from tests.tune.conftest import make_loop
+from tests.tune.conftest import fixed_cell, make_loop
 from tests.tune.fakes import ModelMeasure
 
 LUCKY, STEADY, BEHIND = "ddtree-b5-t1-w2048-bs8", "ddtree-b6-t2-w2048-bs8", "ddtree-b12-t4-w2048-bs8"
-
-
-def _cell(values: list[float]) -> dict[str, Any]:
-    return {
-        "context": 60,
-        "concurrency": 1,
-        "status": "ok",
-        "median": {"accept_length": 4.0},
-        "repeats": [{"output_tps": v, "errors": 0, "ok": 1, "itl_token_ms": {"p50": 30.0}} for v in values],
-    }
 
 
 def _one_rung_search(tmp_path: Path) -> Search:
@@ -40,7 +30,7 @@ def _one_rung_search(tmp_path: Path) -> Search:
 
 def _measure(search: Search, cfg: Any, values: list[float], *, status: str = "ok") -> None:
     search.start(Proposal(cfg, "test"))
-    search.judge(cfg.label, 0, [_cell(values)])
+    search.judge(cfg.label, 0, [fixed_cell(values)])
     gates: dict[str, Any] = (
         {"skipped": True, "reason": search.wants_gates(cfg.label)[1]}
         if isinstance(cfg, RepeatedConfig)

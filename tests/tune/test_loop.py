@@ -17,7 +17,7 @@ from repro_py.tune.ladder import make_ladder
 from repro_py.tune.loop import Budget, TuneLoop
 from repro_py.tune.outcome import search_document
 from tests.sweep.conftest import FakeReconfigurer
-from tests.tune.conftest import MEDIUM_SPACE, SMALL_SPACE, make_loop
+from tests.tune.conftest import MEDIUM_SPACE, SMALL_SPACE, fixed_cell, make_loop
 from tests.tune.fakes import ModelMeasure, true_tps, true_tps_over_generation
 
 
@@ -184,16 +184,6 @@ async def test_hours_budget(tmp_path: Path) -> None:
     assert outcome.restarts == 1 and outcome.stop_reason.startswith("time budget reached")  # only the restore
 
 
-def _fixed_cell(values: list[float]) -> dict[str, Any]:
-    return {
-        "context": 60,
-        "concurrency": 1,
-        "status": "ok",
-        "median": {"accept_length": 4.0},
-        "repeats": [{"output_tps": v, "errors": 0, "ok": 1, "itl_ms": {"p50": 30.0}} for v in values],
-    }
-
-
 def test_judge_keeps_a_config_within_the_noise_and_drops_one_clearly_behind(tmp_path: Path) -> None:
     search = make_loop(tmp_path).search
     from repro_py.tune.records import Proposal  # noqa: PLC0415
@@ -205,7 +195,7 @@ def test_judge_keeps_a_config_within_the_noise_and_drops_one_clearly_behind(tmp_
         ("ddtree-b3-t1-w2048-bs8", [70.0, 71.0, 69.0]),  # 30% behind: clearly
     ):
         search.start(Proposal(by_label[label], "test"))
-        search.judge(label, 0, [_fixed_cell(values)])
+        search.judge(label, 0, [fixed_cell(values)])
     assert search.records["ddtree-b6-t2-w2048-bs8"].alive == {"single-stream"}
     assert search.records["ddtree-b3-t1-w2048-bs8"].alive == set()
     reason = search.records["ddtree-b3-t1-w2048-bs8"].rungs[0].decisions["single-stream"]["reason"]
@@ -288,9 +278,9 @@ def test_the_current_config_is_measured_to_the_end_even_when_clearly_behind(tmp_
     search = make_loop(tmp_path).search
     by_label = search.space.by_label()
     search.start(Proposal(by_label["ddtree-b5-t1-w2048-bs8"], "test"))
-    search.judge("ddtree-b5-t1-w2048-bs8", 0, [_fixed_cell([100.0, 101.0, 99.0])])
+    search.judge("ddtree-b5-t1-w2048-bs8", 0, [fixed_cell([100.0, 101.0, 99.0])])
     search.start(Proposal(by_label["ddtree-b8-t4-w2048-bs8"], "test"))
-    search.judge("ddtree-b8-t4-w2048-bs8", 0, [_fixed_cell([70.0, 71.0, 69.0])])
+    search.judge("ddtree-b8-t4-w2048-bs8", 0, [fixed_cell([70.0, 71.0, 69.0])])
     decision = search.records["ddtree-b8-t4-w2048-bs8"].rungs[0].decisions["single-stream"]
     assert decision["keep"] and "the inventory's current config is measured to the end" in decision["reason"]
     assert "clearly behind ddtree-b5-t1-w2048-bs8" in decision["reason"]
@@ -314,7 +304,7 @@ def test_either_is_a_sound_choice_only_when_the_difference_is_shown_to_be_small(
             search.noise = noise
         for label, repeats in values.items():
             search.start(Proposal(search.space.by_label()[label], "test"))
-            search.judge(label, 0, [_fixed_cell(repeats)])
+            search.judge(label, 0, [fixed_cell(repeats)])
             search.finish(label, {"status": "ok", "gates": {"passed": True, "coding": {"pass_rate": 1.0}}})
         return verdict.winners(search)[0].note
 
@@ -383,7 +373,7 @@ def test_a_new_setting_is_proposed_at_the_top_k_the_surrogate_predicts_best(tmp_
                 "ddtree-b4-t4-w2048-bs8": 90.0, "ddtree-b16-t2-w2048-bs8": 95.0}  # fmt: skip
     for label, tps in measured.items():
         search.start(Proposal(by_label[label], "test"))
-        search.judge(label, 0, [_fixed_cell([tps, tps * 1.01, tps * 0.99])])
+        search.judge(label, 0, [fixed_cell([tps, tps * 1.01, tps * 0.99])])
         search.finish(label, {"status": "ok", "gates": {"passed": True, "coding": {"pass_rate": 1.0}}})
     (obj,) = search.settings.objectives
     surrogate = proposals.surrogate_for(search, obj).fit(proposals.observations(search, obj))
