@@ -1,11 +1,12 @@
 """The tuner against a MEASURED full grid, with random search at the same budget, on the simulated engine.
 
-For each space (by default M, N and O, none of them a space the tuner's
+For each space (by default P, Q and R, none of them a space the tuner's
 settings were chosen on: ``tests/tune/conftest.py``'s MEDIUM_SPACE for the
 surrogate, A, B and C for the trust region and the constant mean, A to L for
-the search designs tried since, with ``benchmarks/tune_search_model.py``; A to
-L stay here for the earlier tables: ``--spaces J,K,L``; M, N and O were written
-before any search ran on them) and each objective:
+the search designs tried since, with ``benchmarks/tune_search_model.py``, M, N
+and O for the local check, with ``benchmarks/tune_replay.py`` on their kept
+grids; A to O stay here for the earlier tables: ``--spaces M,N,O``; P, Q and R
+were written before any search ran on them) and each objective:
 
 * the **full grid**: every config of the space (and the inventory's current
   config) restarted and measured by the sweep's own loop (``SweepRunner``:
@@ -60,8 +61,8 @@ acceptance draws differ between restarts, on top of this machine's timing
 noise. Every figure is of this machine running the SIMULATED engine; none
 says anything about GPUs. Usage::
 
-    python benchmarks/tune_vs_grid.py [--spaces M,N,O] [--objectives single-stream,throughput]
-                                      [--seeds 707,808,909] [--speed 20] [--json FILE] [--keep DIR]
+    python benchmarks/tune_vs_grid.py [--spaces P,Q,R] [--objectives single-stream,throughput]
+                                      [--seeds 1212,2323,3434] [--speed 20] [--json FILE] [--keep DIR]
                                       [--lossless-restart shared|separate] [--from-kept DIR]
 """
 
@@ -217,6 +218,28 @@ SPACES: dict[str, dict[str, Any]] = {
         "configs": [{"algorithm": "none"}, CURRENT, {"algorithm": "dflash", "block_size": 8, "window": "none"}],
         "grid": {"algorithm": ["ddtree"], "budget": [4, 5, 6, 8], "topk": [1, 2, 3, 5], "block_size": [8],
                  "window": [96, "none"]},
+    },
+    # written after the M, N, O run, before any search ran on them (for the local check at the neighbour the surrogate
+    # knows least, chosen on replays of M, N and O: benchmarks/tune_replay.py):
+    # block 16, budgets 3, 5, 6, 8, 11 x top-K 1..4 x windows 160 (outgrown) and none, the chain
+    "P": {
+        "configs": [{"algorithm": "none"}, CURRENT, {"algorithm": "dflash", "block_size": 16, "window": "none"}],
+        "grid": {"algorithm": ["ddtree"], "budget": [3, 5, 6, 8, 11], "topk": [1, 2, 3, 4], "block_size": [16],
+                 "window": [160, "none"]},
+    },
+    # both blocks, budgets 4, 5, 7, 10 x top-K 1..4, full cache, both chains
+    "Q": {
+        "configs": [{"algorithm": "none"}, CURRENT, {"algorithm": "dflash", "block_size": 8, "window": "none"},
+                    {"algorithm": "dflash", "block_size": 16, "window": "none"}],
+        "grid": {"algorithm": ["ddtree"], "budget": [4, 5, 7, 10], "topk": [1, 2, 3, 4], "block_size": [8, 16],
+                 "window": ["none"]},
+    },
+    # block 8, budgets 2, 3, 5, 6, 9, 12 x top-K 1..3 x windows 448 (outgrown), 4096 (covers the run: one config
+    # with the full cache) and none
+    "R": {
+        "configs": [{"algorithm": "none"}, CURRENT],
+        "grid": {"algorithm": ["ddtree"], "budget": [2, 3, 5, 6, 9, 12], "topk": [1, 2, 3], "block_size": [8],
+                 "window": [448, 4096, "none"]},
     },
 }  # fmt: skip
 EQUAL_WITHIN = 0.02
@@ -721,9 +744,9 @@ def bench_space(
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--spaces", default="M,N,O")
+    ap.add_argument("--spaces", default="P,Q,R")
     ap.add_argument("--objectives", default="single-stream,throughput")
-    ap.add_argument("--seeds", default="707,808,909")
+    ap.add_argument("--seeds", default="1212,2323,3434")
     ap.add_argument("--speed", type=float, default=20.0, help="simulated engine --sim-speed (default 20)")
     ap.add_argument("--load", type=float, default=1.0, help="simulated load seconds (default 1)")
     ap.add_argument("--warmup", type=float, default=0.5, help="simulated warmup seconds (default 0.5)")
