@@ -18,12 +18,12 @@ Per space and objective, side by side in one run on the same seeds:
 
 * **tuner**: this release's search (a trust region around the winner so far, a
   surrogate with a constant mean, new settings first, each at its best predicted
-  top-K; confirmation restarts with restarts no new candidate can use);
+  top-K; a local check at the winner's neighbour the surrogate knows least;
+  confirmation restarts with restarts no new candidate can use);
 * **tuner: one it could crown**: the runs where the tuner measured a config within the hit band
   to the full rung and gated it, crowned or not (what it found; the tuner column is what it crowned);
 * **previous**: the previous release's (``SearchSettings.previous_release``:
-  four configs of initial design, the bound over every unmeasured config, no
-  confirmation restarts);
+  a local check at the neighbour with the highest upper bound);
 * **random**: as many configs as the tuner's budget less the restore, drawn without
   replacement, each measured once with the same noise, the best measured winning;
 * **random, same obligations**: random search that spends the budget as the tuner must before

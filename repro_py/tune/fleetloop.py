@@ -44,7 +44,7 @@ from repro_py.sweep.configrun import ConfigRun
 from repro_py.sweep.fleethosts import FleetHost, OneAtATime
 from repro_py.sweep.fleetoffsets import DEFAULT_LIMIT, host_offsets
 from repro_py.sweep.state import HostRunDir, now_iso
-from repro_py.tune import proposals
+from repro_py.tune import proposals, repeats
 from repro_py.tune.book import TuneOutcome
 from repro_py.tune.budget import Budget, budget_problem
 from repro_py.tune.fleetbook import ACTIVE, EXCLUDED, FLAGGED, FleetBook, TuneHost
@@ -164,7 +164,7 @@ class FleetTuneLoop(FleetBook):
             elif default.label not in self.search.records:
                 proposal = Proposal(default, f"the inventory's current config (the one to beat), on {hs.name}")
             else:
-                number = proposals.next_reference_restart(self.search)
+                number = repeats.next_reference_restart(self.search)
                 proposal = Proposal(RepeatedConfig.of(default, number),
                                     f"restart {number} of the inventory's current config, on {hs.name}: its restarts "
                                     "on every host give the between-restart noise and each host's offset")  # fmt: skip

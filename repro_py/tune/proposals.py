@@ -25,16 +25,27 @@ Order of proposals:
    its current winner goes next. While any unmeasured config has *new settings*
    (a budget, block, draft window or algorithm that no measured config has
    together; top-K left out), the candidates are those, each setting at the
-   top-K the surrogate predicts best for it: the step time does not depend on
-   top-K, so such a config teaches both parts of the surrogate and a top-K
-   variant of a measured one only the acceptance; and the bound, least sure of
-   the top-K values it has seen least, would otherwise spend the restarts
-   stepping top-K at the budgets it has measured, or probe a new setting at
-   the far end of the top-K range;
-6. when no candidate of a trust region promises more than ``min_gain``: the
-   best bound over the whole space, when it promises more;
-7. then the current winners' unmeasured neighbours (one step in one setting),
-   since a smooth surrogate can round off a sharp optimum;
+   top-K that the fewest measured configs have, the one the surrogate predicts
+   best among those: the step time does not depend on top-K, so such a config
+   teaches both parts of the surrogate and a top-K variant of a measured one
+   only the acceptance; the bound, least sure of the top-K values it has seen
+   least, would otherwise spend the restarts stepping top-K at the budgets it
+   has measured, or probe a new setting at the far end of the top-K range; and
+   the mean alone, early in a run, puts every new setting at the top-K of the
+   few configs measured, the current config's (on the measured grids of M and
+   P every new setting went to top-K 3 or 4 and the optimum, top-K 1 or 2,
+   was never measured);
+6. when no candidate of a trust region promises more than ``min_gain``: a
+   *local check*, the current winner's unmeasured neighbour (one step in one
+   setting) that the surrogate knows least (the widest standard deviation), since
+   a smooth surrogate can round off a sharp optimum: the check is there for
+   where the surrogate may be wrong, so its mean does not choose it (with
+   ``local_check_least_known`` off, the previous release's rule: the neighbour
+   with the highest bound, which on replays of measured grids spent the check
+   on the neighbour the surrogate already rated, a step up in budget, and left
+   the sharp optimum a step down unmeasured);
+7. when no neighbour is left: the best bound over the whole space, when it
+   promises more than ``min_gain``;
 8. with a restart the budget would leave unused (a gated candidate takes two
    restarts with its lossless gate's own, one is left) or before the search
    stops, a *confirmation* (``confirm_restarts`` at most): a repeated restart
@@ -67,9 +78,9 @@ import numpy as np
 
 from repro_py.bench.prompts import prompt_tolerance
 from repro_py.spec_config import SpecConfig
-from repro_py.tune.noise import prob_greater
 from repro_py.tune.objectives import Objective
-from repro_py.tune.records import GATES_FAIL, MEASURING, OK, Proposal, Record, RepeatedConfig
+from repro_py.tune.records import GATES_FAIL, MEASURING, Proposal
+from repro_py.tune.repeats import confirmation, reference_repeat
 from repro_py.tune.search import Search
 from repro_py.tune.surrogate import Observation, Surrogate, accept_features
 from repro_py.tune.sweepio import PlannedConfig
@@ -100,18 +111,25 @@ def settings_key(search: Search, cfg: PlannedConfig) -> tuple[object, ...]:
 
 def new_settings(search: Search, surrogate: Surrogate, candidates: list[PlannedConfig]) -> list[PlannedConfig]:
     """Of the candidates whose settings apart from top-K no config measured (or being measured) has, per such
-    setting the one whose top-K ``surrogate`` predicts best (its mean, not its bound: the bound's widest is the
-    top-K it knows least, the far end of the range)."""
+    setting one: at the top-K the fewest measured speculative configs have, of those the one ``surrogate``
+    predicts best (its mean, not its bound: the bound's widest is the top-K it knows least, the far end of the
+    range); with ``new_settings_topk_balanced`` off, at the top-K the surrogate predicts best."""
     seen = {settings_key(search, r.cfg) for r in search.records.values()}
     fresh = [c for c in candidates if settings_key(search, c) not in seen]
     if not fresh:
         return []
+    count: dict[int | None, int] = {}
+    if search.settings.new_settings_topk_balanced:
+        for rec in search.records.values():
+            if rec.restart == 1 and rec.cfg.spec.algorithm != "none":
+                count[rec.cfg.spec.topk] = count.get(rec.cfg.spec.topk, 0) + 1
     mu, _ = surrogate.predict([c.spec for c in fresh])
-    best: dict[tuple[object, ...], tuple[float, PlannedConfig]] = {}
+    best: dict[tuple[object, ...], tuple[tuple[int, float], PlannedConfig]] = {}
     for cfg, mean in zip(fresh, mu, strict=True):
         key = settings_key(search, cfg)
-        if key not in best or float(mean) > best[key][0]:
-            best[key] = (float(mean), cfg)
+        score = (-count.get(cfg.spec.topk, 0), float(mean))
+        if key not in best or score > best[key][0]:
+            best[key] = (score, cfg)
     return [cfg for _, cfg in best.values()]
 
 
@@ -217,83 +235,10 @@ def fit_surrogates(search: Search) -> dict[str, Surrogate]:
     return search.surrogates
 
 
-def reference_repeat(search: Search, remaining: int | None, per_config: int = 1) -> Proposal | None:
-    """The reference's next restart, when it is due (see the module docstring): also when one more candidate
-    (``per_config`` restarts at most) would leave too few restarts for it."""
-    default = search.default
-    first = None if default is None else search.records.get(default.label)
-    if default is None or first is None or first.status != OK:
-        return None
-    done = len(search.reference_records())
-    left = search.settings.reference_restarts - done
-    if left <= 0:
-        return None
-    speculative = sum(1 for r in search.records.values() if r.cfg.spec.algorithm != "none" and r.restart == 1)
-    due = speculative >= search.settings.init_design or (remaining is not None and remaining < left + per_config)
-    if not due:
-        return None
-    number = next_reference_restart(search)
-    return Proposal(
-        RepeatedConfig.of(default, number),
-        f"restart {number} of the inventory's current config {default.label}: the spread of its restarts "
-        "measures the between-restart noise",
-    )
-
-
-def next_restart(records: list[Record]) -> int:
-    """The number of a config's next restart, from its ``records``: one past the highest (a restart left out of
-    the search, a flagged host's on a fleet, keeps its number)."""
-    return max((r.restart for r in records), default=0) + 1
-
-
-def next_reference_restart(search: Search) -> int:
-    """The number of the reference's next restart."""
-    return next_restart(search.reference_records())
-
-
-def confirmation(
-    search: Search, remaining: int | None, per_config: int = 1, *, stopping: bool = False
-) -> Proposal | None:
-    """A repeated restart of a leader, when one is due (see the module docstring): the search is ``stopping``, or
-    the ``remaining`` restarts (None: the budget does not count restarts) cannot take a new candidate, which may
-    take ``per_config``."""
-    if len(search.confirmations()) >= search.settings.confirm_restarts:
-        return None
-    if not stopping and (remaining is None or remaining >= per_config):
-        return None
-    level = search.noise.confidence
-    best: tuple[float, Objective, Record, str] | None = None
-    for obj in search.settings.objectives:
-        ranked = search.ranked(obj)
-        if len(ranked) < 2 or any(r.status == MEASURING for r in search.restarts_of(ranked[0][0])):
-            continue
-        top, top_est = ranked[0]
-        close = [(rec, est) for rec, est in ranked[1:] if prob_greater(top_est, est) < level]
-        if not close:
-            continue
-        p = prob_greater(top_est, close[0][1])
-        pick, _ = min([ranked[0], *close], key=lambda item: (len(search.restarts_of(item[0])), -item[1].mean))
-        why = (
-            f"the winner so far {top.label} ({top_est.text()} tok/s, {len(search.restarts_of(top))} restart(s)) is "
-            f"ahead of {close[0][0].label} ({close[0][1].text()}) with probability {p:.0%}, below the {level:.0%} "
-            f"asked; {len(close)} config(s) not separated from it"
-        )
-        if best is None or p < best[0]:
-            best = (p, obj, pick, why)
-    if best is None:
-        return None
-    _, obj, rec, why = best
-    number = next_restart(search.restarts_of(rec))
-    return Proposal(
-        RepeatedConfig.of(rec.cfg, number),
-        f"confirmation for {obj.key}: restart {number} of {rec.label}; {why}",
-        obj.key,
-    )
-
-
 def local_check(search: Search, pool: list[PlannedConfig]) -> Proposal | None:
-    """Before stopping: a neighbour of a current winner that was never measured (the surrogate is smooth
-    and can round off a sharp optimum; one step in each setting around the winner checks it)."""
+    """A neighbour of a current winner that was never measured (the surrogate is smooth and can round off a
+    sharp optimum; one step in each setting around the winner checks it): the one the surrogate knows least,
+    or, with ``local_check_least_known`` off, the one with the highest upper bound."""
     open_labels = {c.label for c in pool}
     for obj in search.settings.objectives:
         ranked = search.ranked(obj)
@@ -304,13 +249,21 @@ def local_check(search: Search, pool: list[PlannedConfig]) -> Proposal | None:
         if not near:
             continue
         surrogate = search.surrogates.get(obj.key)
+        how = ""
         if surrogate is not None and surrogate.fitted:
             mu, sd = surrogate.predict([c.spec for c in near])
-            pick = near[int(np.argmax(mu + search.settings.kappa * sd))]
+            if search.settings.local_check_least_known:
+                index = int(np.argmax(sd))
+                how = f", the one the surrogate knows least (sd {sd[index]:.3f} of {len(near)})"
+            else:
+                index = int(np.argmax(mu + search.settings.kappa * sd))
+                how = f", the one with the highest upper bound (of {len(near)})"
+            pick = near[index]
         else:
             pick = near[0]
         return Proposal(
-            pick, f"local check for {obj.key}: a neighbour of the winner {winner.label} not yet measured", obj.key
+            pick, f"local check for {obj.key}: a neighbour of the winner {winner.label} not yet measured{how}",
+            obj.key,
         )
     return None
 
@@ -382,7 +335,9 @@ def best_bound(
     for obj in search.settings.objectives:
         surrogate = surrogates[obj.key]
         fresh = new_settings(search, surrogate, speculative) if fresh_first else []
-        among = ", a setting apart from top-K that no measured config has, at its best predicted top-K" if fresh else ""
+        at = ("the top-K fewest measured configs have" if search.settings.new_settings_topk_balanced
+              else "its best predicted top-K")  # fmt: skip
+        among = f", a setting apart from top-K that no measured config has, at {at}" if fresh else ""
         pool = fresh or speculative
         candidates, radius = trust_region(search, obj, pool) if local else (pool, None)
         flying = in_flight(search, obj)

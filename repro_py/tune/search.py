@@ -56,7 +56,7 @@ DEFAULT_REFERENCE_RESTARTS = 2
 #: features scaled to the space's range, root mean square over them): :func:`repro_py.tune.proposals.trust_region`.
 DEFAULT_TRUST_RADIUS = 0.35
 #: Repeated restarts of leaders with restarts a new candidate cannot use (the search stopped, or one restart is
-#: left where a gated config takes two): :func:`repro_py.tune.proposals.confirmation`.
+#: left where a gated config takes two): :func:`repro_py.tune.repeats.confirmation`.
 DEFAULT_CONFIRM_RESTARTS = 2
 
 
@@ -77,15 +77,22 @@ class SearchSettings:
     #: while some unmeasured configs have settings apart from top-K that no measured config has, the surrogate
     #: proposes among those only, each at the top-K it predicts best (:func:`repro_py.tune.proposals.new_settings`)
     new_settings_first: bool = True
+    #: a new setting is proposed at the top-K the fewest measured configs have (the surrogate's best among those);
+    #: off: at the top-K the surrogate predicts best
+    new_settings_topk_balanced: bool = True
+    #: a local check restarts the winner's unmeasured neighbour the surrogate knows least (off: the one with the
+    #: highest upper bound) (:func:`repro_py.tune.proposals.local_check`)
+    local_check_least_known: bool = True
 
     @property
     def final(self) -> Rung:
         return self.ladder[-1]
 
     def previous_release(self) -> SearchSettings:
-        """The search the previous release shipped (four speculative configs before the surrogate, which then
-        proposed among every unmeasured config; no confirmation restarts): the benchmarks run it beside this one."""
-        return dataclasses.replace(self, init_design=4, new_settings_first=False, confirm_restarts=0)
+        """The search the previous release shipped (new settings first, each at the top-K the surrogate predicts
+        best; a local check at the neighbour with the highest upper bound; confirmation restarts): the benchmarks
+        run it beside this one."""
+        return dataclasses.replace(self, local_check_least_known=False, new_settings_topk_balanced=False)
 
 
 class Search:

@@ -1,12 +1,19 @@
 """The tuner's benchmarks: the measured grid's own one-pass pick (benchmarks/tune_vs_grid.py) is judged on the truth,
-like every winner; the model harness (benchmarks/tune_search_model.py) reads the model over the generation."""
+like every winner; the model harness (benchmarks/tune_search_model.py) reads the model over the generation; the
+replay (benchmarks/tune_replay.py) answers a restart from a kept grid as the engine would."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from benchmarks.tune_replay import ReplayMeasure
 from benchmarks.tune_vs_grid import Grid, grid_pick
 from repro_py.spec_config import validate
 from repro_py.sweep.grid import PlannedConfig
-from tests.tune.fakes import ModelMeasure, true_tps, true_tps_over_generation
+from repro_py.tune.objectives import make_objectives
+from repro_py.tune.projection import projected_values
+from tests.tune.conftest import MEDIUM_SPACE, make_loop
+from tests.tune.fakes import ModelMeasure, generation, true_tps, true_tps_over_generation
 
 KEY = "single-stream"
 
@@ -47,3 +54,32 @@ def test_the_model_harness_over_the_generation_sees_a_draft_window_the_sequence_
     }
     accept = {label: cell["repeats"][0]["accept_length"] for label, cell in cells.items()}
     assert accept[short.label] < 0.97 * accept[full.label], accept
+
+
+async def test_a_replayed_restart_reads_the_kept_first_pass_at_the_full_rung_and_projects_from_a_short_one(
+    tmp_path: Path,
+) -> None:
+    # a kept grid with no noise in it: the replay's full rung reads the first pass's mean; its screen is built as the
+    # benchmark client writes a repeat (time to first token, then one token every t), so the ladder's projection to
+    # the full length reads the same figure, save the model's change of the time per token over the length
+    search = make_loop(tmp_path, MEDIUM_SPACE).search
+    (obj,) = make_objectives(["single-stream"])
+    kept, other = "ddtree-b5-t1-wnone-bs8", "ddtree-b6-t1-wnone-bs8"
+    g = Grid({obj.key: {kept: [100.0, 100.0, 100.0]}}, {obj.key: {}}, distinct=1, configs=1, wall_s=0.0,
+             remeasure_wall_s=0.0)  # fmt: skip
+    replay = ReplayMeasure(g, {obj.key: {kept: 5.0}}, (obj,), search, seed="test", full=512)
+    by_label = search.space.by_label()
+    cfg = by_label[kept]
+    full = replay.cell(cfg, 60, 1, 3, 512)
+    # (the time to first token varies by 5% per repeat, as the model harness's does: 0.01% of a 5.1 s repeat)
+    assert all(abs(r["output_tps"] / 100.0 - 1.0) < 1e-3 for r in full["repeats"]), full["repeats"]
+    assert all(abs(r["ttft_ms"]["p50"] - 5.0) < 1.0 for r in full["repeats"])
+    screen = replay.cell(cfg, 60, 1, 3, 64)
+    projected = projected_values(screen, 64, 512)
+    assert projected is not None
+    model = generation(cfg, 60, 1, 512)[0] / generation(cfg, 60, 1, 64)[0]
+    for value in projected:
+        assert abs(value / (100.0 * model) - 1.0) < 0.01, (value, model)
+    # a config the grid did not pass fails its gates; the kept one passes
+    assert (await replay.gates(None, by_label[other], None))["passed"] is False  # type: ignore[arg-type]
+    assert (await replay.gates(None, cfg, None))["passed"] is True  # type: ignore[arg-type]

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from repro_py.sweep.reconfigure import AnsibleReconfigurer
-from repro_py.tune import proposals, verdict
+from repro_py.tune import repeats, verdict
 from repro_py.tune.ladder import make_ladder
 from repro_py.tune.loop import Budget
 from repro_py.tune.records import Proposal, RepeatedConfig
@@ -49,11 +49,11 @@ def test_a_lucky_leader_is_restarted_again_and_judged_over_its_restarts(tmp_path
     _measure(search, by_label[STEADY], [102.0, 102.5, 101.5])
     assert verdict.winners(search)[0].label == LUCKY
     # no restart a new candidate could have goes to a confirmation
-    assert proposals.confirmation(search, remaining=10) is None
-    assert proposals.confirmation(search, remaining=2, per_config=2) is None
-    assert proposals.confirmation(search, remaining=None) is None
+    assert repeats.confirmation(search, remaining=10) is None
+    assert repeats.confirmation(search, remaining=2, per_config=2) is None
+    assert repeats.confirmation(search, remaining=None) is None
     # one restart left where a gated candidate takes two
-    first = proposals.confirmation(search, remaining=1, per_config=2)
+    first = repeats.confirmation(search, remaining=1, per_config=2)
     assert first is not None and first.cfg.label == f"{LUCKY}.r2", first
     assert first.reason.startswith(f"confirmation for single-stream: restart 2 of {LUCKY}")
     assert f"ahead of {STEADY}" in first.reason and "below the 90% asked" in first.reason
@@ -65,11 +65,11 @@ def test_a_lucky_leader_is_restarted_again_and_judged_over_its_restarts(tmp_path
         f"not gated: restart 2 of {LUCKY}, which was gated in its first restart (this one confirms a leader's figure)"
     )
     # then (the search stopping) the new leader, restarted least
-    second = proposals.confirmation(search, remaining=None, stopping=True)
+    second = repeats.confirmation(search, remaining=None, stopping=True)
     assert second is not None and second.cfg.label == f"{STEADY}.r2", second
     _measure(search, second.cfg, [101.0, 101.5, 100.5])
     # the run's confirmations are spent (two by default)
-    assert proposals.confirmation(search, remaining=None, stopping=True) is None
+    assert repeats.confirmation(search, remaining=None, stopping=True) is None
     assert [r.label for r in search.confirmations()] == [f"{LUCKY}.r2", f"{STEADY}.r2"]
 
 
@@ -78,8 +78,8 @@ def test_no_confirmation_when_the_winner_is_ahead_at_the_runs_confidence(tmp_pat
     by_label = search.space.by_label()
     _measure(search, by_label[LUCKY], [130.0, 130.5, 129.5])
     _measure(search, by_label[STEADY], [100.0, 100.5, 99.5])
-    assert proposals.confirmation(search, remaining=1) is None
-    assert proposals.confirmation(search, remaining=None, stopping=True) is None
+    assert repeats.confirmation(search, remaining=1) is None
+    assert repeats.confirmation(search, remaining=None, stopping=True) is None
 
 
 def test_a_leader_whose_repeated_restart_failed_cannot_win(tmp_path: Path) -> None:
@@ -88,7 +88,7 @@ def test_a_leader_whose_repeated_restart_failed_cannot_win(tmp_path: Path) -> No
     _measure(search, by_label[LUCKY], [104.0, 104.5, 103.5])
     _measure(search, by_label[STEADY], [102.0, 102.5, 101.5])
     _measure(search, by_label[BEHIND], [60.0, 60.5, 59.5])
-    again = proposals.confirmation(search, remaining=0)
+    again = repeats.confirmation(search, remaining=0)
     assert again is not None
     _measure(search, again.cfg, [], status="failed")
     assert [w.label for w in verdict.winners(search)] == [STEADY]

@@ -16,6 +16,8 @@ from repro_py.tune import proposals, verdict
 from repro_py.tune.ladder import make_ladder
 from repro_py.tune.loop import Budget, TuneLoop
 from repro_py.tune.outcome import search_document
+from repro_py.tune.records import Proposal
+from repro_py.tune.search import Search
 from tests.sweep.conftest import FakeReconfigurer
 from tests.tune.conftest import MEDIUM_SPACE, SMALL_SPACE, fixed_cell, make_loop
 from tests.tune.fakes import ModelMeasure, true_tps, true_tps_over_generation
@@ -337,12 +339,24 @@ SPACE_I: dict[str, Any] = {
 }  # fmt: skip
 
 
+def measure_fixed(search: Search, measured: dict[str, float]) -> None:
+    """Each config of ``measured`` measured (one rung) at its figure, with a 1% spread, and gated."""
+    by_label = search.space.by_label()
+    for label, tps in measured.items():
+        search.start(Proposal(by_label[label], "test"))
+        search.judge(label, 0, [fixed_cell([tps, tps * 1.01, tps * 0.99])])
+        search.finish(label, {"status": "ok", "gates": {"passed": True, "coding": {"pass_rate": 1.0}}})
+
+
 async def test_the_surrogate_tries_new_settings_before_another_top_k_of_measured_ones(tmp_path: Path) -> None:
     # Single-stream over space I, 13 restarts (30% of its distinct configs, as the benchmark gives), 3% between
     # restarts, the model over the generation. The step time does not depend on top-K, yet the previous release's
     # surrogate, least sure of the top-K values it had seen least, spent most of its restarts on top-K variants of
     # budgets it had measured (b10-t1 then b10-t2, b7-t1, b7-t2, b7-t6, b8-t1, b8-t2 at seed 0) and measured a config
-    # within 2% of the model's best (budget 5 or 6 at block 16, budget 5 at block 8) in 1 of 10 seeds
+    # within 2% of the model's best (budget 5 or 6 at block 16, budget 5 at block 8) in 1 of 10 seeds. New settings
+    # at the mean's top-K found one in 10 of 10; at the top-K fewest measured configs have (this release: the replays
+    # of the measured grids favour it, benchmarks/tune_replay.py), in 6 of 10 on this model, whose acceptance falls
+    # as top-K grows at every budget, so that a spread of top-K values costs it restarts
     found = []
     for seed in range(10):
         measure = ModelMeasure(seed, cv_at_512=0.05, restart_cv=0.03, over_generation=True)
@@ -359,22 +373,17 @@ async def test_the_surrogate_tries_new_settings_before_another_top_k_of_measured
         truth = {c.label: true_tps_over_generation(c, 60, 1, 512) for c in loop.search.space.configs}
         (obj,) = loop.search.settings.objectives
         found.append(any(truth[rec.cfg.label] >= 0.98 * max(truth.values()) for rec, _ in loop.search.ranked(obj)))
-    assert sum(found) >= 8, found
+    assert sum(found) >= 6, found
 
 
 def test_a_new_setting_is_proposed_at_the_top_k_the_surrogate_predicts_best(tmp_path: Path) -> None:
     # the bound's widest top-K is the one the surrogate knows least (the far end of the range): on the measured
     # grid of space J that crowned b5-t3, 2.5-3% below b5-t1 and b5-t2, in four of seven misses
-    from repro_py.tune.records import Proposal  # noqa: PLC0415
-
     search = make_loop(tmp_path, MEDIUM_SPACE, ladder=make_ladder(full_tokens=64, screen_tokens=64)).search
-    by_label = search.space.by_label()
+    search.settings = search.settings.previous_release()  # the top-K the mean puts first (the rule tested here)
     measured = {"ddtree-b8-t1-w2048-bs8": 120.0, "ddtree-b8-t4-w2048-bs8": 100.0, "ddtree-b4-t1-w2048-bs8": 110.0,
                 "ddtree-b4-t4-w2048-bs8": 90.0, "ddtree-b16-t2-w2048-bs8": 95.0}  # fmt: skip
-    for label, tps in measured.items():
-        search.start(Proposal(by_label[label], "test"))
-        search.judge(label, 0, [fixed_cell([tps, tps * 1.01, tps * 0.99])])
-        search.finish(label, {"status": "ok", "gates": {"passed": True, "coding": {"pass_rate": 1.0}}})
+    measure_fixed(search, measured)
     (obj,) = search.settings.objectives
     surrogate = proposals.surrogate_for(search, obj).fit(proposals.observations(search, obj))
     speculative = [c for c in proposals.unmeasured(search) if c.spec.algorithm != "none"]
@@ -395,10 +404,75 @@ def test_a_new_setting_is_proposed_at_the_top_k_the_surrogate_predicts_best(tmp_
     assert between == {5: 1, 6: 1}, between
 
 
+def test_a_new_setting_is_proposed_at_the_top_k_the_fewest_measured_configs_have(tmp_path: Path) -> None:
+    # Early in a run the surrogate's mean rests on the few configs measured, the current config (top-K 4) first
+    # among them, and put every new setting at that top-K: on the measured grid of space P (top-K 1..4) the search
+    # then measured b11-t4, b6-t4, b8-t4, b5-t4 and b11-t4-w160, never top-K 1 or 2 where the optimum is, and
+    # crowned a top-K 4 tree 4.7% below it. A new setting now goes to the top-K fewest measured configs have (of
+    # those, the one the mean puts first), so the surrogate sees top-K vary as it covers the settings.
+    search = make_loop(tmp_path, MEDIUM_SPACE, ladder=make_ladder(full_tokens=64, screen_tokens=64)).search
+    measured = {"ddtree-b8-t4-w2048-bs8": 120.0, "ddtree-b4-t4-w2048-bs8": 110.0, "ddtree-b16-t4-w2048-bs8": 100.0,
+                "ddtree-b3-t1-wnone-bs16": 80.0}  # fmt: skip
+    measure_fixed(search, measured)
+    (obj,) = search.settings.objectives
+    surrogate = proposals.surrogate_for(search, obj).fit(proposals.observations(search, obj))
+    speculative = [c for c in proposals.unmeasured(search) if c.spec.algorithm != "none"]
+    counts = {1: 1, 4: 3}  # the measured configs per top-K
+    fresh = proposals.new_settings(search, surrogate, speculative)
+    assert fresh
+    for cfg in fresh:
+        same = [c for c in speculative if proposals.settings_key(search, c) == proposals.settings_key(search, cfg)]
+        fewest = min(counts.get(c.spec.topk, 0) for c in same)
+        least = [c for c in same if counts.get(c.spec.topk, 0) == fewest]
+        mu, _ = surrogate.predict([c.spec for c in least])
+        assert cfg == least[int(np.argmax(mu))], (cfg.label, [c.label for c in least])
+        assert cfg.spec.algorithm != "ddtree" or cfg.spec.topk in (2, 8)  # never measured; top-K 4 and 1 were
+    # the mean alone (the previous release's rule) puts the new settings at the measured configs' top-K
+    search.settings = search.settings.previous_release()
+    by_mean = proposals.new_settings(search, surrogate, speculative)
+    deep = [c for c in by_mean if c.spec.algorithm == "ddtree" and c.spec.budget is not None and c.spec.budget >= 4]
+    assert deep and sum(c.spec.topk == 4 for c in deep) > len(deep) / 2, [c.label for c in deep]
+
+
+def test_a_local_check_restarts_the_neighbour_the_surrogate_knows_least(tmp_path: Path) -> None:
+    # The local check is there for where the smooth surrogate may be wrong (a sharp optimum it rounds off), so its
+    # mean does not choose the neighbour. The previous release's rule, the highest upper bound, spent the check on
+    # the neighbour the surrogate already rated: on replays of the measured grid of space O (benchmarks/
+    # tune_replay.py) it restarted b8-t2 and b6-t2-w96 around the winner b6-t2, never b5, the optimum a step down
+    search = make_loop(tmp_path, MEDIUM_SPACE, ladder=make_ladder(full_tokens=64, screen_tokens=64)).search
+    measured = {"ddtree-b8-t1-w2048-bs8": 120.0, "ddtree-b8-t4-w2048-bs8": 100.0, "ddtree-b4-t1-w2048-bs8": 110.0,
+                "ddtree-b4-t4-w2048-bs8": 90.0, "ddtree-b16-t2-w2048-bs8": 95.0, "ddtree-b12-t1-w2048-bs8": 112.0,
+                "ddtree-b5-t1-w2048-bs8": 118.0, "ddtree-b8-t1-w2048-bs16": 100.0,
+                "ddtree-b4-t1-w2048-bs16": 95.0}  # fmt: skip
+    measure_fixed(search, measured)
+    (obj,) = search.settings.objectives
+    surrogate = proposals.surrogate_for(search, obj).fit(proposals.observations(search, obj))
+    search.surrogates[obj.key] = surrogate
+    pool = proposals.unmeasured(search)
+    winner = search.ranked(obj)[0][0].cfg
+    assert winner.label == "ddtree-b8-t1-w2048-bs8"
+    near = [c for c in search.space.neighbours(winner) if c in pool]
+    mu, sd = surrogate.predict([c.spec for c in near])
+    least_known = near[int(np.argmax(sd))]
+    highest_bound = near[int(np.argmax(mu + search.settings.kappa * sd))]
+    assert least_known != highest_bound  # the two rules differ here
+    check = proposals.local_check(search, pool)
+    assert check is not None and check.cfg == least_known
+    assert "a neighbour of the winner ddtree-b8-t1-w2048-bs8 not yet measured, the one the surrogate knows least" in (
+        check.reason
+    )
+    search.settings = search.settings.previous_release()  # the previous release's rule, kept for the benchmarks
+    previous = proposals.local_check(search, pool)
+    assert previous is not None and previous.cfg == highest_bound
+    assert "the one with the highest upper bound" in previous.reason
+
+
 async def test_the_surrogate_searches_near_the_winner_so_far_and_finds_the_optimum(tmp_path: Path) -> None:
     # Throughput at concurrency 32 over space A, 14 restarts (30% of its distinct configs, as the benchmark
     # gives): bounds taken over the whole space spent the restarts on top-K 4 trees and the far corners and
-    # ended 5-6% below the model's optimum in 9 of 10 seeds; searching the winner's neighbourhood finds it
+    # ended 5-6% below the model's optimum in 9 of 10 seeds; searching the winner's neighbourhood finds it (8 of 10
+    # with new settings at the mean's top-K, 7 of 10 at the top-K fewest measured configs have: on this model
+    # acceptance falls as top-K grows, so a spread of top-K values costs restarts the measured grids' replays repay)
     hits, loops = [], []
     for seed in range(10):
         measure = ModelMeasure(seed, cv_at_512=0.05, restart_cv=0.02)
@@ -410,7 +484,7 @@ async def test_the_surrogate_searches_near_the_winner_so_far_and_finds_the_optim
         assert winner.label is not None
         hits.append(truth[winner.label] >= 0.98 * max(truth.values()))
         loops.append(loop)
-    assert sum(hits) >= 8, hits
+    assert sum(hits) >= 7, hits
     for loop in loops:
         # after the initial design, each surrogate proposal names the region it was taken from
         reasons = [r.proposal for r in loop.search.records.values() if r.proposal.startswith("surrogate")]
