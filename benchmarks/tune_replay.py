@@ -55,6 +55,7 @@ from benchmarks.tune_vs_grid import (
     SPACES,
     Grid,
     all_objectives,
+    first_pass,
     grid_pick,
     random_search,
     read_grid,
@@ -69,8 +70,7 @@ from repro_py.tune import proposals, verdict
 from repro_py.tune.budget import Budget
 from repro_py.tune.loop import TuneLoop
 from repro_py.tune.noise import NoiseModel
-from repro_py.tune.objectives import Objective, find_cell, make_objectives, repeat_values
-from repro_py.tune.records import split_label
+from repro_py.tune.objectives import Objective, make_objectives
 from repro_py.tune.search import Search
 from repro_py.tune.space import load_space
 from repro_py.tune.sweepio import PlannedConfig
@@ -115,9 +115,8 @@ class ReplayMeasure(ModelMeasure):
         first_token = self.ttft[objective][label] / 1000.0
         # the full rung's time per output token, from the first pass's mean; at a shorter rung the model's ratio
         # of the time per token over that many tokens to the time over the full rung's
-        runs = [first, *self.grid.again[objective].get(label, [])] if self.pooled else [first]
-        center = statistics.fmean(statistics.fmean(r) for r in runs)
-        per_token = (concurrency * self.full / center - first_token) / (self.full - 1)
+        mean = center(self.grid, objective, label, pooled=self.pooled)
+        per_token = (concurrency * self.full / mean - first_token) / (self.full - 1)
         per_token *= generation(cfg, context, concurrency, max_tokens)[0] / generation(
             cfg, context, concurrency, self.full
         )[0]
@@ -146,15 +145,16 @@ class ReplayMeasure(ModelMeasure):
 
 def first_ttft(run_dir: state.RunDir, objectives: tuple[Objective, ...]) -> dict[str, dict[str, float]]:
     """Per objective and config, the median time to first token of the grid's first pass (ms)."""
-    out: dict[str, dict[str, float]] = {o.key: {} for o in objectives}
-    for doc in run_dir.results():
-        if split_label(str(doc["label"]))[1] > 1 or doc.get("status") != "ok":
-            continue
-        for o in objectives:
-            values = repeat_values(find_cell((doc.get("bench") or {}).get("cells") or [], o.cell), "ttft_p50_ms")
-            if values:
-                out[o.key][str(doc["label"])] = statistics.median(values)
-    return out
+    return {key: {label: statistics.median(values) for label, values in by_label.items()}
+            for key, by_label in first_pass(run_dir, objectives, "ttft_p50_ms").items()}  # fmt: skip
+
+
+def center(grid: Grid, objective: str, label: str, *, pooled: bool) -> float:
+    """What a replayed restart of ``label`` is drawn around: its first pass's mean, or with ``pooled`` the mean
+    over all its kept restarts."""
+    first = grid.first[objective][label]
+    runs = [first, *grid.again[objective].get(label, [])] if pooled else [first]
+    return statistics.fmean(statistics.fmean(r) for r in runs)
 
 
 def replay(
@@ -199,11 +199,9 @@ def random_pick(
     within = math.sqrt(grid.within(objective) / 3)
     measured = {}
     for label in rng.sample(labels, min(n, len(labels))):
-        first = grid.first[objective].get(label)
-        if first:
-            runs = [first, *grid.again[objective].get(label, [])]
-            center = statistics.fmean(statistics.fmean(r) for r in runs)
-            measured[label] = center * (1 + rng.gauss(0.0, between)) * (1 + rng.gauss(0.0, within))
+        if grid.first[objective].get(label):
+            mean = center(grid, objective, label, pooled=True)
+            measured[label] = mean * (1 + rng.gauss(0.0, between)) * (1 + rng.gauss(0.0, within))
     return max(measured, key=lambda lb: measured[lb]) if measured else None
 
 

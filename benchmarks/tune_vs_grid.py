@@ -406,13 +406,16 @@ def model_best(space: Space, objective: Objective, max_tokens: int) -> str:
     return max(space.configs, key=predicted).label
 
 
-def _first_pass(run_dir: state.RunDir, objectives: Sequence[Objective]) -> dict[str, dict[str, list[float]]]:
+def first_pass(
+    run_dir: state.RunDir, objectives: Sequence[Objective], metric: str = "output_tps"
+) -> dict[str, dict[str, list[float]]]:
+    """Per objective and config that passed its gates, the repeats' ``metric`` of the grid's first pass."""
     out: dict[str, dict[str, list[float]]] = {o.key: {} for o in objectives}
     for doc in run_dir.results():
         if split_label(str(doc["label"]))[1] > 1 or doc.get("status") != "ok" or not doc["gates"].get("passed"):
             continue
         for o in objectives:
-            values = repeat_values(find_cell((doc.get("bench") or {}).get("cells") or [], o.cell), "output_tps")
+            values = repeat_values(find_cell((doc.get("bench") or {}).get("cells") or [], o.cell), metric)
             if values:
                 out[o.key][str(doc["label"])] = values
     return out
@@ -456,7 +459,7 @@ def run_grid(args: argparse.Namespace, root: Path, name: str, objectives: Sequen
         t0 = time.monotonic()
         asyncio.run(first_pass.run())
         wall = time.monotonic() - t0
-        first = _first_pass(run_dir, objectives)
+        first = first_pass(run_dir, objectives)
         leaders = _leaders(first)
 
         async def remeasure() -> None:
@@ -479,7 +482,7 @@ def read_grid(
 ) -> Grid:  # fmt: skip
     """The grid of a run directory (measured by :func:`run_grid`, or kept by ``--keep``): the first pass and
     the leaders' re-measures."""
-    first = _first_pass(run_dir, objectives)
+    first = first_pass(run_dir, objectives)
     repeats: dict[str, dict[str, list[list[float]]]] = {o.key: {} for o in objectives}
     for doc in run_dir.results():
         base, restart = split_label(str(doc["label"]))
