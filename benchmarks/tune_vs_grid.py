@@ -61,8 +61,8 @@ acceptance draws differ between restarts, on top of this machine's timing
 noise. Every figure is of this machine running the SIMULATED engine; none
 says anything about GPUs. Usage::
 
-    python benchmarks/tune_vs_grid.py [--spaces P,Q,R] [--objectives single-stream,throughput]
-                                      [--seeds 1212,2323,3434] [--speed 20] [--json FILE] [--keep DIR]
+    python benchmarks/tune_vs_grid.py [--spaces S,T,U] [--objectives single-stream,throughput]
+                                      [--seeds 4545,5656,6767] [--speed 20] [--json FILE] [--keep DIR]
                                       [--lossless-restart shared|separate] [--from-kept DIR]
 """
 
@@ -240,6 +240,28 @@ SPACES: dict[str, dict[str, Any]] = {
         "configs": [{"algorithm": "none"}, CURRENT],
         "grid": {"algorithm": ["ddtree"], "budget": [2, 3, 5, 6, 9, 12], "topk": [1, 2, 3], "block_size": [8],
                  "window": [448, 4096, "none"]},
+    },
+    # written after the P, Q, R run and the replays of stop 40, before any search ran on them (the held-out check of
+    # the top-K rule, chosen after P's run): block 8, budgets 3, 4, 5, 7, 10 x top-K 1, 2, 4 x windows 256 (outgrown)
+    # and none, the chain
+    "S": {
+        "configs": [{"algorithm": "none"}, CURRENT, {"algorithm": "dflash", "block_size": 8, "window": "none"}],
+        "grid": {"algorithm": ["ddtree"], "budget": [3, 4, 5, 7, 10], "topk": [1, 2, 4], "block_size": [8],
+                 "window": [256, "none"]},
+    },
+    # both blocks, budgets 2, 4, 5, 6, 9, 13 x top-K 1..3, full cache, both chains
+    "T": {
+        "configs": [{"algorithm": "none"}, CURRENT, {"algorithm": "dflash", "block_size": 8, "window": "none"},
+                    {"algorithm": "dflash", "block_size": 16, "window": "none"}],
+        "grid": {"algorithm": ["ddtree"], "budget": [2, 4, 5, 6, 9, 13], "topk": [1, 2, 3], "block_size": [8, 16],
+                 "window": ["none"]},
+    },
+    # block 16, budgets 4, 5, 6, 7, 12 x top-K 1..3 x windows 384 (outgrown), 2048 (covers the run: one config with
+    # the full cache) and none
+    "U": {
+        "configs": [{"algorithm": "none"}, CURRENT],
+        "grid": {"algorithm": ["ddtree"], "budget": [4, 5, 6, 7, 12], "topk": [1, 2, 3], "block_size": [16],
+                 "window": [384, 2048, "none"]},
     },
 }  # fmt: skip
 EQUAL_WITHIN = 0.02
@@ -747,9 +769,9 @@ def bench_space(
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--spaces", default="P,Q,R")
+    ap.add_argument("--spaces", default="S,T,U")
     ap.add_argument("--objectives", default="single-stream,throughput")
-    ap.add_argument("--seeds", default="1212,2323,3434")
+    ap.add_argument("--seeds", default="4545,5656,6767")
     ap.add_argument("--speed", type=float, default=20.0, help="simulated engine --sim-speed (default 20)")
     ap.add_argument("--load", type=float, default=1.0, help="simulated load seconds (default 1)")
     ap.add_argument("--warmup", type=float, default=0.5, help="simulated warmup seconds (default 0.5)")
