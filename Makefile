@@ -131,6 +131,8 @@ lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/mypy --strict scripts/check-locks.py
+	# the tuner's benchmarks run for an hour before they print: a type error there is found here, not at its end
+	$(BIN)/mypy --strict -p benchmarks.tune_vs_grid -p benchmarks.tune_replay -p benchmarks.tune_search_model
 	$(BIN)/yamllint -s .
 	# ansible-lint puts $$ANSIBLE_HOME/collections (default ~/.ansible) before the checkout: a copy of ddtree.sglang
 	# installed there (molecule's prerun installs one) would be linted against in its place, stale

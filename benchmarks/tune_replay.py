@@ -24,9 +24,13 @@ of the grid's optimum, whose truth near the top is the mean of the leaders'
 two re-measures, independent of the first pass this replay draws from. Beside
 it, per space and objective: the previous release's search on the same draws,
 random search's expected rate at the same budget, and the grid's own one-pass
-pick. It is a development tool: a space replayed here is a space the search can
-be chosen on, so a search chosen with it is judged again on spaces measured
-after (``tune_vs_grid.py``). Every figure is of the SIMULATED engine on this
+pick. Seeds are not independent runs: each restart is drawn around the same
+kept grid, so many seeds restart the same configs in the same order and differ
+only in those restarts' draws; the ``distinct runs`` column counts the distinct
+restart sequences, the number of trials a row's score rests on. It is a
+development tool: a space replayed here is a space the search can be chosen
+on, so a search chosen with it is judged again on spaces measured after
+(``tune_vs_grid.py``). Every figure is of the SIMULATED engine on this
 machine; none says anything about GPUs. Usage::
 
     python benchmarks/tune_replay.py DIR [--spaces M,N,O] [--objectives single-stream,throughput]
@@ -37,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import math
 import random
 import statistics
@@ -121,7 +126,7 @@ class ReplayMeasure(ModelMeasure):
             cfg, context, concurrency, self.full
         )[0]
         accept = None if cfg.spec.algorithm == "none" else generation(cfg, context, concurrency, max_tokens)[1]
-        reps = []
+        reps: list[dict[str, Any]] = []
         for _ in range(repeats):
             t = per_token / (1.0 + offset) / (1.0 + self.rng.gauss(0.0, within))
             t0 = first_token * (1.0 + self.rng.gauss(0.0, 0.05))
@@ -157,11 +162,22 @@ def center(grid: Grid, objective: str, label: str, *, pooled: bool) -> float:
     return statistics.fmean(statistics.fmean(r) for r in runs)
 
 
+@dataclasses.dataclass(frozen=True)
+class Replayed:
+    """One replayed run: its winner as the grid labels it, the configs it could have crowned, its confirmations,
+    and the labels it restarted, in order (seeds whose runs restart the same configs are one run, drawn again)."""
+
+    winner: str | None
+    could: list[str]
+    confirmations: int
+    restarted: tuple[str, ...]
+
+
 def replay(
     root: Path, grid: Grid, ttft: dict[str, dict[str, float]], name: str, objective: Objective, *, seed: int,
     budget: int, previous: bool, pooled: bool = False,
-) -> tuple[str | None, int, list[str], int]:
-    """(winner as the grid labels it, restarts, the configs it could have crowned, confirmations) of one run."""
+) -> Replayed:
+    """One run of the tuner's loop on the kept grid of space ``name``."""
     target = target_for(0, SPACES[name])
     space = load_space(target)
     settings = settings_for(objective, 512)
@@ -180,12 +196,13 @@ def replay(
                             full=settings.final.max_tokens, pooled=pooled)  # fmt: skip
     loop = TuneLoop(plan, search, run_dir, FakeReconfigurer(), measure, bundle=BUNDLE,
                     budget=Budget(max_restarts=budget), console=Console(quiet=True))  # fmt: skip
-    outcome = asyncio.run(loop.run())
+    asyncio.run(loop.run())
     (won,) = verdict.winners(search)
     could = [measure.kept_label(rec.cfg) or rec.base_label for rec, _ in search.ranked(objective)]
     by_label = search.space.by_label()
     winner = None if won.label is None else measure.kept_label(by_label[won.label])
-    return winner, outcome.restarts, could, len(search.confirmations())
+    restarted = tuple(rec.label for rec in sorted(search.records.values(), key=lambda r: r.order))
+    return Replayed(winner, could, len(search.confirmations()), restarted)
 
 
 def random_pick(
@@ -231,10 +248,10 @@ def main(argv: list[str] | None = None) -> int:
     confidence = NoiseModel().confidence
     print(f"REPLAY of measured grids (SIMULATED engine) in {args.kept}; seeds {seeds.start}..{seeds.stop - 1}; "
           "a hit: within 2% of the grid's optimum")  # fmt: skip
-    print("| space | objective | budget | tuner | tuner: one it could crown | confirming | previous | "
+    print("| space | objective | budget | tuner | tuner: one it could crown | distinct runs | confirming | previous | "
           "random (expected) | grid's own pick |")  # fmt: skip
-    print("|---|---|---:|---:|---:|---:|---:|---:|---|")
-    totals = {"tuner": 0, "found": 0, "previous": 0, "random": 0.0}
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    totals = {"tuner": 0, "found": 0, "previous": 0, "random": 0.0, "distinct": 0}
     runs = 0
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
@@ -247,18 +264,19 @@ def main(argv: list[str] | None = None) -> int:
             labels = list(space.by_label())
             for obj in objectives:
                 hits = {"tuner": 0, "found": 0, "previous": 0, "confirming": 0}
+                distinct: set[tuple[str, ...]] = set()
                 for seed in seeds:
                     root = Path(tmp) / f"{name}-{obj.key}-{seed}"
                     root.mkdir()
                     pooled = args.center == "pooled"
-                    won, _, could, confirming = replay(root, grid, ttft, name, obj, seed=seed, budget=budget,
-                                                       previous=False, pooled=pooled)  # fmt: skip
-                    old, _, _, _ = replay(root, grid, ttft, name, obj, seed=seed, budget=budget, previous=True,
-                                          pooled=pooled)  # fmt: skip
-                    hits["tuner"] += grid.judge(obj.key, won, confidence)[1]
-                    hits["previous"] += grid.judge(obj.key, old, confidence)[1]
-                    hits["found"] += any(grid.judge(obj.key, lb, confidence)[1] for lb in could)
-                    hits["confirming"] += confirming > 0
+                    run = replay(root, grid, ttft, name, obj, seed=seed, budget=budget, previous=False,
+                                 pooled=pooled)  # fmt: skip
+                    old = replay(root, grid, ttft, name, obj, seed=seed, budget=budget, previous=True, pooled=pooled)
+                    hits["tuner"] += grid.judge(obj.key, run.winner, confidence)[1]
+                    hits["previous"] += grid.judge(obj.key, old.winner, confidence)[1]
+                    hits["found"] += any(grid.judge(obj.key, lb, confidence)[1] for lb in run.could)
+                    hits["confirming"] += run.confirmations > 0
+                    distinct.add(run.restarted)
                 expected = statistics.fmean(
                     grid.judge(obj.key, random_pick(grid, labels, obj.key, budget - 1, random.Random(i),
                                                     pooled=args.center == "pooled"), confidence)[1]
@@ -267,15 +285,18 @@ def main(argv: list[str] | None = None) -> int:
                 own = grid.judge(obj.key, grid_pick(grid, obj.key), confidence)[1]
                 n = len(seeds)
                 print(f"| {name} | {obj.key} | {budget} | {hits['tuner']}/{n} | {hits['found']}/{n} | "
-                      f"{hits['confirming']}/{n} | {hits['previous']}/{n} | {expected:.0%} | "
+                      f"{len(distinct)} | {hits['confirming']}/{n} | {hits['previous']}/{n} | {expected:.0%} | "
                       f"{'yes' if own else 'NO'} |", flush=True)  # fmt: skip
                 for key in ("tuner", "found", "previous"):
                     totals[key] += hits[key]
                 totals["random"] += expected * n
+                totals["distinct"] += len(distinct)
                 runs += n
     print(f"\nwithin 2% of the grid's optimum: tuner {totals['tuner']}/{runs} (one it could crown in "
           f"{totals['found']}/{runs}), previous {totals['previous']}/{runs}, random search expected "
           f"{totals['random']:.0f}/{runs}; {time.monotonic() - t0:.0f} s")  # fmt: skip
+    print(f"distinct runs (restart sequences) of this search: {totals['distinct']:.0f} of {runs}: seeds whose runs "
+          "restart the same configs are one run drawn again, not independent trials")  # fmt: skip
     return 0
 
 

@@ -83,3 +83,20 @@ async def test_a_replayed_restart_reads_the_kept_first_pass_at_the_full_rung_and
     # a config the grid did not pass fails its gates; the kept one passes
     assert (await replay.gates(None, by_label[other], None))["passed"] is False  # type: ignore[arg-type]
     assert (await replay.gates(None, cfg, None))["passed"] is True  # type: ignore[arg-type]
+
+
+def test_the_optimums_selection_bias_is_the_best_mean_above_the_leader_chosen_and_valued_on_separate_remeasures() -> (
+    None
+):
+    # two equal configs, each lucky in one re-measure: the best mean (103) is the luck of the draw; chosen on one
+    # re-measure and valued on the other each reads 100, so the optimum stands 3% above what the best config is worth
+    g = grid(
+        {"a": [100.0] * 3, "b": [100.0] * 3, "c": [90.0] * 3},
+        {"a": [[106.0] * 3, [100.0] * 3], "b": [[100.0] * 3, [104.0] * 3], "c": [[90.0] * 3, [90.0] * 3]},
+    )
+    bias = g.selection_bias(KEY)
+    assert bias is not None and abs(bias - 0.03) < 1e-9
+    # a leader ahead in both re-measures: no luck to remove
+    clear = grid({"a": [100.0] * 3, "b": [95.0] * 3}, {"a": [[101.0] * 3, [99.0] * 3], "b": [[95.0] * 3] * 2})
+    assert clear.selection_bias(KEY) == 0.0
+    assert grid({"a": [100.0] * 3}, {"a": [[100.0] * 3] * 2}).selection_bias(KEY) is None
