@@ -213,11 +213,11 @@ def random_pick(
     if not pooled:
         return random_search(grid, labels, objective, n, rng)
     between = math.sqrt(grid.between(objective)[0])
-    within = math.sqrt(grid.within(objective) / 3)
     measured = {}
     for label in rng.sample(labels, min(n, len(labels))):
-        if grid.first[objective].get(label):
+        if first := grid.first[objective].get(label):
             mean = center(grid, objective, label, pooled=True)
+            within = math.sqrt(grid.within(objective) / len(first))  # the mean of as many repeats as the grid's
             measured[label] = mean * (1 + rng.gauss(0.0, between)) * (1 + rng.gauss(0.0, within))
     return max(measured, key=lambda lb: measured[lb]) if measured else None
 

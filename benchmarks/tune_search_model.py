@@ -17,13 +17,15 @@ tuned that way is judged on other spaces and seeds, and on a measured grid, by
 Per space and objective, side by side in one run on the same seeds:
 
 * **tuner**: this release's search (a trust region around the winner so far, a
-  surrogate with a constant mean, new settings first, each at its best predicted
-  top-K; a local check at the winner's neighbour the surrogate knows least;
+  surrogate with a constant mean, new settings first, each at the top-K the
+  fewest measured configs have; a local check at the winner's neighbour the
+  surrogate knows least;
   confirmation restarts with restarts no new candidate can use);
 * **tuner: one it could crown**: the runs where the tuner measured a config within the hit band
   to the full rung and gated it, crowned or not (what it found; the tuner column is what it crowned);
 * **previous**: the previous release's (``SearchSettings.previous_release``:
-  a local check at the neighbour with the highest upper bound);
+  new settings at the top-K the surrogate's mean puts first, a local check at
+  the neighbour with the highest upper bound);
 * **random**: as many configs as the tuner's budget less the restore, drawn without
   replacement, each measured once with the same noise, the best measured winning;
 * **random, same obligations**: random search that spends the budget as the tuner must before

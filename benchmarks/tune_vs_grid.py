@@ -28,8 +28,9 @@ were written before any search ran on them) and each objective:
   restart per config that differs for the run (configs whose draft window
   covers every token of the run are one config) plus the restore;
 * the **previous tuner** (``--previous``, the default): the previous release's
-  search (``SearchSettings.previous_release``: its local check restarts the
-  winner's neighbour with the highest upper bound), per
+  search (``SearchSettings.previous_release``: new settings at the top-K the
+  surrogate's mean puts first; its local check restarts the winner's neighbour
+  with the highest upper bound), per
   seed with the same budget and the same per-restart engine seeds, judged on
   the same grid: the two searches side by side in one run; for both,
   the summary also counts the runs where the search measured a config within

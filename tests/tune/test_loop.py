@@ -355,8 +355,8 @@ async def test_the_surrogate_tries_new_settings_before_another_top_k_of_measured
     # budgets it had measured (b10-t1 then b10-t2, b7-t1, b7-t2, b7-t6, b8-t1, b8-t2 at seed 0) and measured a config
     # within 2% of the model's best (budget 5 or 6 at block 16, budget 5 at block 8) in 1 of 10 seeds. New settings
     # at the mean's top-K found one in 10 of 10; at the top-K fewest measured configs have (this release: the replays
-    # of the measured grids favour it, benchmarks/tune_replay.py), in 6 of 10 on this model, whose acceptance falls
-    # as top-K grows at every budget, so that a spread of top-K values costs it restarts
+    # of M, N and O favoured it, those of the held-out S, T and U did not: docs/tune.md), in 6 of 10 on this model,
+    # whose acceptance falls as top-K grows at every budget, so that a spread of top-K values costs it restarts
     found = []
     for seed in range(10):
         measure = ModelMeasure(seed, cv_at_512=0.05, restart_cv=0.03, over_generation=True)
@@ -472,7 +472,7 @@ async def test_the_surrogate_searches_near_the_winner_so_far_and_finds_the_optim
     # gives): bounds taken over the whole space spent the restarts on top-K 4 trees and the far corners and
     # ended 5-6% below the model's optimum in 9 of 10 seeds; searching the winner's neighbourhood finds it (8 of 10
     # with new settings at the mean's top-K, 7 of 10 at the top-K fewest measured configs have: on this model
-    # acceptance falls as top-K grows, so a spread of top-K values costs restarts the measured grids' replays repay)
+    # acceptance falls as top-K grows, so a spread of top-K values costs restarts)
     hits, loops = [], []
     for seed in range(10):
         measure = ModelMeasure(seed, cv_at_512=0.05, restart_cv=0.02)
