@@ -23,18 +23,22 @@ A winner is judged exactly as in ``tune_vs_grid.py`` (``Grid.judge``): within 2%
 of the grid's optimum, whose truth near the top is the mean of the leaders'
 two re-measures, independent of the first pass this replay draws from. Beside
 it, per space and objective: the previous release's search on the same draws,
-random search's expected rate at the same budget, and the grid's own one-pass
-pick. Seeds are not independent runs: each restart is drawn around the same
-kept grid, so many seeds restart the same configs in the same order and differ
-only in those restarts' draws; the ``distinct runs`` column counts the distinct
-restart sequences, the number of trials a row's score rests on. It is a
+random search's expected rate at the same budget, the levels of
+``tune_vs_grid.py`` with the configs the tuner chooses itself (random search
+bound as the tuner is; the truly best located, each measured once as the
+replay measures), and the grid's own one-pass pick. Seeds are not independent
+runs: each restart is drawn around the same kept grid, so many seeds restart
+the same configs in the same order and differ only in those restarts' draws;
+the ``distinct runs`` column counts the distinct restart sequences, the number
+of trials a row's score rests on. It is a
 development tool: a space replayed here is a space the search can be chosen
 on, so a search chosen with it is judged again on spaces measured after
 (``tune_vs_grid.py``). Every figure is of the SIMULATED engine on this
 machine; none says anything about GPUs. Usage::
 
     python benchmarks/tune_replay.py DIR [--spaces M,N,O] [--objectives single-stream,throughput]
-                                         [--seeds 20] [--first-seed 0]
+                                         [--seeds 20] [--first-seed 0] [--budget-share 0.30]
+                                         [--center first|pooled]
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,17 +65,18 @@ from benchmarks.tune_vs_grid import (
     SPACES,
     Grid,
     all_objectives,
+    best_measured,
     first_pass,
     grid_pick,
-    random_search,
+    obliged_draw,
+    own_configs,
+    plan_search,
+    prepare_run,
     read_grid,
-    settings_for,
     target_for,
+    truly_best,
 )  # fmt: skip
-from repro_py.atomicio import write_json_atomic
 from repro_py.sweep import state
-from repro_py.sweep.benchplan import BenchPlan
-from repro_py.sweep.plan import make_plan
 from repro_py.tune import proposals, verdict
 from repro_py.tune.budget import Budget
 from repro_py.tune.loop import TuneLoop
@@ -178,23 +184,13 @@ def replay(
     budget: int, previous: bool, pooled: bool = False,
 ) -> Replayed:
     """One run of the tuner's loop on the kept grid of space ``name``."""
-    target = target_for(0, SPACES[name])
-    space = load_space(target)
-    settings = settings_for(objective, 512)
-    if previous:
-        settings = settings.previous_release()
-    bench = BenchPlan(contexts=(objective.cell.context,), concurrency=(objective.cell.concurrency,),
-                      repeats=settings.final.repeats, max_tokens=settings.final.max_tokens)  # fmt: skip
-    plan = make_plan(target, list(space.raws), grid_source=f"replay of {name}", bench=bench, results_root=root,
-                     lossless_mode="shared")  # fmt: skip
-    search = Search(space, settings, NoiseModel(), default=plan.default_config)
-    run_dir = state.RunDir(root / f"{'previous' if previous else 'tune'}-{name}-{objective.key}-{seed}")
-    run_dir.path.mkdir(parents=True)
-    write_json_atomic(run_dir.plan, plan.as_dict(run_dir.run_id))
+    prepared = prepare_run(root, name, objective, seed=seed, max_tokens=512, previous=previous,
+                           source="replay of")  # fmt: skip
+    search, settings = prepared.search, prepared.search.settings
     # the same draws for both searches: they differ in what they restart, not in what a restart answers
     measure = ReplayMeasure(grid, ttft, (objective,), search, seed=f"{name}-{objective.key}-{seed}",
                             full=settings.final.max_tokens, pooled=pooled)  # fmt: skip
-    loop = TuneLoop(plan, search, run_dir, FakeReconfigurer(), measure, bundle=BUNDLE,
+    loop = TuneLoop(prepared.plan, search, prepared.run_dir, FakeReconfigurer(), measure, bundle=BUNDLE,
                     budget=Budget(max_restarts=budget), console=Console(quiet=True))  # fmt: skip
     asyncio.run(loop.run())
     (won,) = verdict.winners(search)
@@ -205,21 +201,63 @@ def replay(
     return Replayed(winner, could, len(search.confirmations()), restarted)
 
 
-def random_pick(
-    grid: Grid, labels: list[str], objective: str, n: int, rng: random.Random, *, pooled: bool
-) -> str | None:
-    """Random search at ``n`` configs: as ``tune_vs_grid.py`` measures it (each drawn config's first pass), or,
-    with ``pooled``, each drawn config measured once around the same center as a replayed restart."""
+def measured_pick(grid: Grid, labels: list[str], objective: str, rng: random.Random, *, pooled: bool) -> str | None:
+    """The best of ``labels`` by one measurement each: as ``tune_vs_grid.py`` measures it (each config's first
+    pass), or, with ``pooled``, a draw around the same center as a replayed restart."""
     if not pooled:
-        return random_search(grid, labels, objective, n, rng)
+        return best_measured(grid, objective, labels)
     between = math.sqrt(grid.between(objective)[0])
     measured = {}
-    for label in rng.sample(labels, min(n, len(labels))):
+    for label in labels:
         if first := grid.first[objective].get(label):
             mean = center(grid, objective, label, pooled=True)
             within = math.sqrt(grid.within(objective) / len(first))  # the mean of as many repeats as the grid's
             measured[label] = mean * (1 + rng.gauss(0.0, between)) * (1 + rng.gauss(0.0, within))
     return max(measured, key=lambda lb: measured[lb]) if measured else None
+
+
+def random_pick(
+    grid: Grid, labels: list[str], objective: str, n: int, rng: random.Random, *, pooled: bool
+) -> str | None:
+    """Random search at ``n`` configs, each drawn config measured once (:func:`measured_pick`)."""
+    return measured_pick(grid, rng.sample(labels, min(n, len(labels))), objective, rng, pooled=pooled)
+
+
+@dataclasses.dataclass(frozen=True)
+class Levels:
+    """The reference levels of one space and objective, each an expected share of runs within 2% of the optimum:
+    random search at the same budget, random search bound as the tuner is (the current config and the tuner's
+    own configs drawn), the truly best located (the current config and the true best of as many; a rate with
+    ``--center pooled``, 0 or 1 with ``--center first``), and how many configs of its own choosing the tuner can
+    restart (:func:`own_configs`)."""
+
+    random: float
+    obliged: float
+    located: float
+    own: int
+
+
+def levels(grid: Grid, name: str, objective: Objective, budget: int, *, pooled: bool) -> Levels:
+    _, search = plan_search(Path(tempfile.gettempdir()), name, objective, max_tokens=512)
+    mine = own_configs(search, budget, grid.per_config)
+    assert search.default is not None
+    current = search.default.label
+    labels = list(search.space.by_label())
+    others = [c.label for c in search.space.configs if c.spec.algorithm != "none" and c.label != current]
+    confidence = NoiseModel().confidence
+
+    def rate(pick: Callable[[random.Random], str | None]) -> float:
+        return statistics.fmean(grid.judge(objective.key, pick(random.Random(i)), confidence)[1]
+                                for i in range(RANDOM_DRAWS))  # fmt: skip
+
+    best = truly_best(grid, objective.key, current, mine)
+    return Levels(
+        rate(lambda rng: random_pick(grid, labels, objective.key, budget - 1, rng, pooled=pooled)),
+        rate(lambda rng: measured_pick(grid, obliged_draw(current, others, mine, rng), objective.key, rng,
+                                       pooled=pooled)),
+        rate(lambda rng: measured_pick(grid, best, objective.key, rng, pooled=pooled)),
+        mine,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -249,9 +287,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"REPLAY of measured grids (SIMULATED engine) in {args.kept}; seeds {seeds.start}..{seeds.stop - 1}; "
           "a hit: within 2% of the grid's optimum")  # fmt: skip
     print("| space | objective | budget | tuner | tuner: one it could crown | distinct runs | confirming | previous | "
-          "random (expected) | grid's own pick |")  # fmt: skip
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
-    totals = {"tuner": 0, "found": 0, "previous": 0, "random": 0.0, "distinct": 0}
+          "random (expected) | own configs | random bound as the tuner (expected) | truly best located | "
+          "grid's own pick |")  # fmt: skip
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    totals = {"tuner": 0, "found": 0, "previous": 0, "random": 0.0, "obliged": 0.0, "located": 0.0, "distinct": 0}
     runs = 0
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
@@ -261,7 +300,6 @@ def main(argv: list[str] | None = None) -> int:
             grid = read_grid(kept, space, all_objectives(), 512)
             ttft = first_ttft(kept, all_objectives())
             budget = math.floor(args.budget_share * (grid.per_config * grid.distinct + 1))
-            labels = list(space.by_label())
             for obj in objectives:
                 hits = {"tuner": 0, "found": 0, "previous": 0, "confirming": 0}
                 distinct: set[tuple[str, ...]] = set()
@@ -277,24 +315,25 @@ def main(argv: list[str] | None = None) -> int:
                     hits["found"] += any(grid.judge(obj.key, lb, confidence)[1] for lb in run.could)
                     hits["confirming"] += run.confirmations > 0
                     distinct.add(run.restarted)
-                expected = statistics.fmean(
-                    grid.judge(obj.key, random_pick(grid, labels, obj.key, budget - 1, random.Random(i),
-                                                    pooled=args.center == "pooled"), confidence)[1]
-                    for i in range(RANDOM_DRAWS)
-                )  # fmt: skip
+                level = levels(grid, name, obj, budget, pooled=args.center == "pooled")
                 own = grid.judge(obj.key, grid_pick(grid, obj.key), confidence)[1]
                 n = len(seeds)
                 print(f"| {name} | {obj.key} | {budget} | {hits['tuner']}/{n} | {hits['found']}/{n} | "
-                      f"{len(distinct)} | {hits['confirming']}/{n} | {hits['previous']}/{n} | {expected:.0%} | "
-                      f"{'yes' if own else 'NO'} |", flush=True)  # fmt: skip
+                      f"{len(distinct)} | {hits['confirming']}/{n} | {hits['previous']}/{n} | {level.random:.0%} | "
+                      f"{level.own} | {level.obliged:.0%} | {level.located:.0%} | {'yes' if own else 'NO'} |",
+                      flush=True)  # fmt: skip
                 for key in ("tuner", "found", "previous"):
                     totals[key] += hits[key]
-                totals["random"] += expected * n
+                totals["random"] += level.random * n
+                totals["obliged"] += level.obliged * n
+                totals["located"] += level.located * n
                 totals["distinct"] += len(distinct)
                 runs += n
     print(f"\nwithin 2% of the grid's optimum: tuner {totals['tuner']}/{runs} (one it could crown in "
           f"{totals['found']}/{runs}), previous {totals['previous']}/{runs}, random search expected "
-          f"{totals['random']:.0f}/{runs}; {time.monotonic() - t0:.0f} s")  # fmt: skip
+          f"{totals['random']:.0f}/{runs}, bound as the tuner is {totals['obliged']:.0f}/{runs}; the truly best "
+          f"located, picked on one measurement each {totals['located']:.0f}/{runs}; "
+          f"{time.monotonic() - t0:.0f} s")  # fmt: skip
     print(f"distinct runs (restart sequences) of this search: {totals['distinct']:.0f} of {runs}: seeds whose runs "
           "restart the same configs are one run drawn again, not independent trials")  # fmt: skip
     return 0

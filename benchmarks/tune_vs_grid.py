@@ -1,12 +1,13 @@
 """The tuner against a MEASURED full grid, with random search at the same budget, on the simulated engine.
 
-For each space (by default P, Q and R, none of them a space the tuner's
-settings were chosen on: ``tests/tune/conftest.py``'s MEDIUM_SPACE for the
-surrogate, A, B and C for the trust region and the constant mean, A to L for
-the search designs tried since, with ``benchmarks/tune_search_model.py``, M, N
-and O for the local check, with ``benchmarks/tune_replay.py`` on their kept
-grids; A to O stay here for the earlier tables: ``--spaces M,N,O``; P, Q and R
-were written before any search ran on them) and each objective:
+For each space (by default S, T and U, written before any search ran on them and
+after the tuner's settings were chosen: ``tests/tune/conftest.py``'s
+MEDIUM_SPACE for the surrogate, A, B and C for the trust region and the
+constant mean, A to L for the search designs tried since, with
+``benchmarks/tune_search_model.py``, M, N, O and P for the local check and the
+top-K of new settings, with ``benchmarks/tune_replay.py`` on their kept grids;
+A to R stay here for the earlier tables: ``--spaces P,Q,R``) and each
+objective:
 
 * the **full grid**: every config of the space (and the inventory's current
   config) restarted and measured by the sweep's own loop (``SweepRunner``:
@@ -44,7 +45,15 @@ were written before any search ran on them) and each objective:
 * **the model's optimum**: the config the simulated engine's performance
   model predicts best, judged on the same truth: an oracle that measures
   nothing, which shows how far the measured truth is from the model and how
-  demanding "within 2%" is when the grid's own noise is a few percent.
+  demanding "within 2%" is when the grid's own noise is a few percent;
+* two levels of what the budget allows with the configs a tuning run chooses
+  itself (``own_configs``: the budget less the baseline, the current config
+  twice and the restore): **random search bound as the tuner is**
+  (``obliged_draw``: the current config and that many drawn; expected over
+  2000 draws) and **the truly best located** (``truly_best``: the current
+  config and that many configs of the highest truth, each measured once, the
+  best measured winning: perfect locating, a pick as noisy as every search's;
+  it reads the truth it is judged on, a level, not a search).
 
 A winner is a **hit** when its truth is within 2% of the grid's optimum (the
 target's own definition, the one counted first). The looser reading, "within
@@ -100,7 +109,7 @@ from repro_py.sweep.grid import PlannedConfig
 from repro_py.sweep.inventory import Target
 from repro_py.sweep.localproc import LocalProcessReconfigurer
 from repro_py.sweep.measure import BundleMeasure
-from repro_py.sweep.plan import make_plan
+from repro_py.sweep.plan import Plan, make_plan
 from repro_py.sweep.runner import SweepOptions, SweepRunner
 from repro_py.tune import proposals, verdict
 from repro_py.tune.ladder import make_ladder
@@ -548,6 +557,31 @@ def grid_pick(grid: Grid, objective: str) -> str | None:
     return best_measured(grid, objective, grid.first[objective])
 
 
+def own_configs(search: Search, budget: int, per_config: int = 1) -> int:
+    """How many configs of its own choosing a tuning run can restart within ``budget`` restarts: the rest go to
+    what every run makes (:meth:`Search.mandatory_restarts`: the baseline as the lossless reference, the current
+    config and its repeated restart, the restore); ``per_config``: the restarts of a gated config."""
+    count, _ = search.mandatory_restarts(restores=1, per_config=per_config)
+    return max(0, budget - count) // per_config
+
+
+def obliged_draw(current: str, others: Sequence[str], n: int, rng: random.Random) -> list[str]:
+    """What random search measures when it is bound as the tuner is: the current config (every tuning run
+    measures it) and ``n`` configs drawn from ``others`` (the space's other speculative configs; ``n``: the
+    tuner's own configs, :func:`own_configs`). Not the target's comparison (random search at the same budget,
+    free of the tuner's obligations), but it tells how much of that comparison the obligations cost."""
+    return [current, *rng.sample(list(others), min(n, len(others)))]
+
+
+def truly_best(grid: Grid, objective: str, current: str, n: int) -> list[str]:
+    """What a search that knows where to look measures: the current config and the ``n`` other configs of the
+    highest truth (``n``: the tuner's own configs, :func:`own_configs`). The best of them by its one-pass
+    measurement is a reference level (perfect locating, the pick as noisy as every search's: what the pick
+    alone loses at this budget and noise), not a search: it reads the truth it is judged on."""
+    truths = {lb: t[0] for lb in grid.first[objective] if lb != current and (t := grid.truth(objective, lb))}
+    return [current, *sorted(truths, key=lambda lb: -truths[lb])[:n]]
+
+
 @dataclasses.dataclass
 class TunerRow:
     winner: str | None
@@ -560,35 +594,62 @@ class TunerRow:
     confirmations: int
 
 
+@dataclasses.dataclass(frozen=True)
+class PreparedRun:
+    """A tuning run of a benchmark space, before its loop: the plan, the search, the run directory."""
+
+    plan: Plan
+    search: Search
+    run_dir: state.RunDir
+
+
+def plan_search(
+    root: Path, name: str, objective: Objective, *, max_tokens: int, previous: bool = False, lossless: str = "shared",
+    port: int = 0, source: str = "benchmark space",
+) -> tuple[Plan, Search]:
+    """The plan and the search (this release's, or with ``previous`` the previous release's) of one tuning run of
+    space ``name`` for ``objective``, as the tuner's CLI builds them from the benchmark's inventory."""
+    target = target_for(port, SPACES[name])
+    space = load_space(target)
+    settings = settings_for(objective, max_tokens)
+    if previous:
+        settings = settings.previous_release()
+    bench = BenchPlan(contexts=(objective.cell.context,), concurrency=(objective.cell.concurrency,),
+                      repeats=settings.final.repeats, max_tokens=settings.final.max_tokens)  # fmt: skip
+    plan = make_plan(target, list(space.raws), grid_source=f"{source} {name}", bench=bench, results_root=root,
+                     lossless_mode=lossless)  # fmt: skip
+    return plan, Search(space, settings, NoiseModel(), default=plan.default_config)
+
+
+def prepare_run(
+    root: Path, name: str, objective: Objective, *, seed: int | str, max_tokens: int, previous: bool = False,
+    lossless: str = "shared", port: int = 0, source: str = "benchmark space",
+) -> PreparedRun:
+    """:func:`plan_search` and the run's directory, its plan written: the measured benchmark and the replay build
+    their loops on it, each with its own reconfigurer and measure."""
+    plan, search = plan_search(root, name, objective, max_tokens=max_tokens, previous=previous, lossless=lossless,
+                               port=port, source=source)  # fmt: skip
+    run_dir = state.RunDir(root / f"{'previous' if previous else 'tune'}-{name}-{objective.key}-{seed}")
+    run_dir.path.mkdir(parents=True)
+    write_json_atomic(run_dir.plan, plan.as_dict(run_dir.run_id))
+    return PreparedRun(plan, search, run_dir)
+
+
 def run_tuner(
     args: argparse.Namespace, root: Path, name: str, objective: Objective, *, seed: int, max_restarts: int,
     previous: bool = False,
 ) -> TunerRow:
     """One tuning run; ``previous``: the previous release's search in place of this one's."""
     port = free_port()
-    target = target_for(port, SPACES[name])
-    space = load_space(target)
-    settings = settings_for(objective, args.max_tokens)
-    if previous:
-        settings = settings.previous_release()
-    bench = BenchPlan(
-        contexts=(objective.cell.context,),
-        concurrency=(objective.cell.concurrency,),
-        repeats=settings.final.repeats,
-        max_tokens=settings.final.max_tokens,
-    )
-    plan = make_plan(target, list(space.raws), grid_source=f"benchmark space {name}", bench=bench, results_root=root,
-                     lossless_mode=args.lossless_restart)  # fmt: skip
-    search = Search(space, settings, NoiseModel(), default=plan.default_config)
-    run_dir = state.RunDir(root / f"{'previous' if previous else 'tune'}-{name}-{objective.key}-{seed}")
-    run_dir.path.mkdir(parents=True)
-    write_json_atomic(run_dir.plan, plan.as_dict(run_dir.run_id))
+    run = prepare_run(root, name, objective, seed=seed, max_tokens=args.max_tokens, previous=previous,
+                      lossless=args.lossless_restart, port=port)  # fmt: skip
+    search = run.search
     # the same seed per restart of a config for both searches: they differ in what they restart, not in its draws
     rec = SeededLocal(port, f"{name}-{objective.key}-{seed}", load_s=args.load, warmup_s=args.warmup, speed=args.speed)
     loop = TuneLoop(
-        plan,
+        run.plan,
         search,
-        run_dir,
+        run.run_dir,
         rec,
         BundleMeasure(),
         bundle=ROOT,
@@ -627,21 +688,43 @@ def pct(value: float | None) -> str:
     return "-" if value is None else f"{value:+.1%}"
 
 
-def print_picks(picks: list[tuple[bool, bool]], confidence: float) -> None:
+@dataclasses.dataclass(frozen=True)
+class References:
+    """The reference levels of one space and objective, beside the searches: the full grid's own pick (within 2%,
+    or n.d.), random search's expected rate within 2% at the same budget and bound as the tuner is
+    (:func:`obliged_draw`), whether the best of :func:`truly_best` is within 2%, and the tuner's own configs."""
+
+    grid_close: bool
+    grid_hit: bool
+    random_expected: float
+    obliged_expected: float
+    located_close: bool
+    own: int
+
+
+def print_references(refs: list[References], confidence: float) -> None:
+    n = len(refs)
     print(
         f"the full grid's own pick (the best of its one pass, every config restarted once): within 2% of the grid's "
-        f"optimum {sum(c for c, _ in picks)}/{len(picks)}; within 2% or not distinguishable from it at "
-        f"{confidence:.0%}: {sum(h for _, h in picks)}/{len(picks)}"
+        f"optimum {sum(r.grid_close for r in refs)}/{n}; within 2% or not distinguishable from it at "
+        f"{confidence:.0%}: {sum(r.grid_hit for r in refs)}/{n}"
+    )
+    print(
+        f"random search within 2%, expected over {RANDOM_DRAWS} draws: at the same budget "
+        f"{statistics.fmean(r.random_expected for r in refs):.0%}; bound as the tuner is (the current config and "
+        f"the tuner's own configs drawn) {statistics.fmean(r.obliged_expected for r in refs):.0%}; the current config "
+        f"and the true best of as many configs as the tuner's own, each measured once (perfect locating, "
+        f"the pick as noisy as every search's): {sum(r.located_close for r in refs)}/{n}"
     )
 
 
 def print_summary(
-    rows: list[dict[str, Any]], table: list[str], picks: list[tuple[bool, bool]], confidence: float, wall_s: float
+    rows: list[dict[str, Any]], table: list[str], refs: list[References], confidence: float, wall_s: float
 ) -> None:
     print()
     print("\n".join(table))
     print()
-    print_picks(picks, confidence)
+    print_references(refs, confidence)
     if not rows:
         return
     for previous in sorted({bool(r["previous"]) for r in rows}):
@@ -685,9 +768,9 @@ def truth_text(grid: Grid, objective: str, label: str | None) -> str:
 
 def bench_space(
     args: argparse.Namespace, root: Path, name: str, objectives: Sequence[Objective], seeds: Sequence[int]
-) -> tuple[list[str], list[dict[str, Any]], list[tuple[bool, bool]]]:
-    """The grid of one space, then per objective the grid's own pick, the oracle, the tuner per seed and random
-    search: the table, the tuners' rows, and per objective whether the grid's own pick is within 2% / or n.d."""
+) -> tuple[list[str], list[dict[str, Any]], list[References]]:
+    """The grid of one space, then per objective the grid's own pick, the oracle, the best located, the tuner per
+    seed and random search: the table, the tuners' rows, and per objective the reference levels."""
     confidence = NoiseModel().confidence
     if args.from_kept is None:
         grid = run_grid(args, root, name, objectives)
@@ -721,7 +804,7 @@ def bench_space(
     )
     table: list[str] = []
     rows: list[dict[str, Any]] = []
-    picks: list[tuple[bool, bool]] = []
+    refs: list[References] = []
     grid_wall = f"{grid.wall_s:.0f}" if grid.wall_s else "-"  # "-": read from a kept run (--from-kept)
     for obj in objectives:
         best, top = grid.optimum(obj.key)
@@ -740,7 +823,6 @@ def bench_space(
             f"| {name} | {obj.key} | full grid, its own pick (one pass) | {own} | {truth_text(grid, obj.key, own)} | "
             f"{pct(g_ratio)} | {yes(g_close)} | {yes(g_hit)} | {grid_restarts} | 1.000 | {grid_wall} | | | | |"
         )
-        picks.append((g_close, g_hit))
         oracle = model_best(space, obj, args.max_tokens)
         o_ratio, o_close, o_hit = grid.judge(obj.key, oracle, confidence)
         table.append(
@@ -752,7 +834,25 @@ def bench_space(
             for i in range(RANDOM_DRAWS)
         ]
         expected = (statistics.fmean(d[1] for d in draws), statistics.fmean(d[2] for d in draws))
-        print("\n".join(table[-3:]), flush=True)
+        _, search = plan_search(root, name, obj, max_tokens=args.max_tokens, lossless=args.lossless_restart)
+        mine = own_configs(search, budget, grid.per_config)
+        assert search.default is not None
+        current = search.default.label
+        others = [c.label for c in search.space.configs if c.spec.algorithm != "none" and c.label != current]
+        obliged = statistics.fmean(
+            grid.judge(obj.key, best_measured(grid, obj.key, obliged_draw(current, others, mine, random.Random(i))),
+                       confidence)[1]
+            for i in range(RANDOM_DRAWS)
+        )
+        located = best_measured(grid, obj.key, truly_best(grid, obj.key, current, mine))
+        l_ratio, l_close, l_hit = grid.judge(obj.key, located, confidence)
+        table.append(
+            f"| {name} | {obj.key} | best located (the current config and the true best {mine}, one pass each) | "
+            f"{located} | {truth_text(grid, obj.key, located)} | {pct(l_ratio)} | {yes(l_close)} | {yes(l_hit)} | "
+            f"| | | | | | |"
+        )
+        refs.append(References(g_close, g_hit, expected[0], obliged, l_close, mine))
+        print("\n".join(table[-4:]), flush=True)
         for seed, previous in [(seed, previous) for seed in seeds for previous in arms]:
             tuned = run_tuner(args, root, name, obj, seed=seed, max_restarts=budget, previous=previous)
             ratio, close, hit = grid.judge(obj.key, tuned.winner, confidence)
@@ -778,15 +878,18 @@ def bench_space(
                     "oracle": oracle, "oracle_within_2pct": o_close, "grid_pick": own,
                     "grid_pick_within_2pct": g_close, "grid_pick_hit": g_hit, "found_within_2pct": found,
                     "confirmations": tuned.confirmations, "optimum_selection_bias": biases[obj.key],
+                    "own_configs": mine, "random_obliged_expected_within_2pct": obliged, "best_located": located,
+                    "best_located_within_2pct": l_close,
                 }
             )  # fmt: skip
             print(table[-1], flush=True)
         print(
             f"  random search at {budget - 1} configs, {obj.key}: expected within 2% {expected[0]:.0%}, "
-            f"within 2% or n.d. {expected[1]:.0%}",
+            f"within 2% or n.d. {expected[1]:.0%}; bound as the tuner is (the current config and {mine} drawn): "
+            f"within 2% {obliged:.0%}",
             flush=True,
         )
-    return table, rows, picks
+    return table, rows, refs
 
 
 def main() -> int:
@@ -835,13 +938,13 @@ def main() -> int:
         "restarts | restart ratio | wall s | random-search winner | vs grid optimum | within 2% | or n.d. |",
         "|---|---|---|---|---:|---:|---|---|---:|---:|---:|---|---:|---|---|",
     ]
-    picks: list[tuple[bool, bool]] = []
+    refs: list[References] = []
     for name in names:
-        space_table, space_rows, space_picks = bench_space(args, root, name, objectives, seeds)
+        space_table, space_rows, space_refs = bench_space(args, root, name, objectives, seeds)
         table += space_table
         rows += space_rows
-        picks += space_picks
-    print_summary(rows, table, picks, NoiseModel().confidence, time.monotonic() - t_all)
+        refs += space_refs
+    print_summary(rows, table, refs, NoiseModel().confidence, time.monotonic() - t_all)
     if args.json:
         write_json_atomic(args.json, {"rows": rows, "table": table})
     if args.keep:

@@ -4,10 +4,11 @@ replay (benchmarks/tune_replay.py) answers a restart from a kept grid as the eng
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
-from benchmarks.tune_replay import ReplayMeasure
-from benchmarks.tune_vs_grid import Grid, grid_pick
+from benchmarks.tune_replay import ReplayMeasure, measured_pick
+from benchmarks.tune_vs_grid import Grid, best_measured, grid_pick, obliged_draw, own_configs, plan_search, truly_best
 from repro_py.spec_config import validate
 from repro_py.sweep.grid import PlannedConfig
 from repro_py.tune.objectives import make_objectives
@@ -100,3 +101,41 @@ def test_the_optimums_selection_bias_is_the_best_mean_above_the_leader_chosen_an
     clear = grid({"a": [100.0] * 3, "b": [95.0] * 3}, {"a": [[101.0] * 3, [99.0] * 3], "b": [[95.0] * 3] * 2})
     assert clear.selection_bias(KEY) == 0.0
     assert grid({"a": [100.0] * 3}, {"a": [[100.0] * 3] * 2}).selection_bias(KEY) is None
+
+
+def test_the_tuners_own_configs_are_the_budget_less_the_baseline_the_current_config_twice_and_the_restore(
+    tmp_path: Path,
+) -> None:
+    objective = make_objectives([KEY])[0]
+    _, search = plan_search(tmp_path, "S", objective, max_tokens=512)
+    assert own_configs(search, 9) == 5  # S has the baseline; the current config is restarted twice; one restore
+    # a gated config takes two restarts (its lossless gate's own): 13 less 2 + 3 + 1 leaves 7, three configs
+    assert own_configs(search, 13, per_config=2) == 3
+    assert own_configs(search, 3) == 0
+    assert not (tmp_path / "tune-S-single-stream-0").exists()  # a plan and a search, no run directory
+
+
+def test_random_search_bound_as_the_tuner_is_measures_the_current_config_and_as_many_draws_as_its_own_configs() -> (
+    None
+):
+    others = [f"c{i}" for i in range(10)]
+    for seed in range(20):
+        drawn = obliged_draw("current", others, 4, random.Random(seed))
+        assert drawn[0] == "current" and len(drawn) == 5 and len(set(drawn)) == 5 and set(drawn[1:]) <= set(others)
+    assert sorted(obliged_draw("current", others[:2], 4, random.Random(0))) == ["c0", "c1", "current"]
+
+
+def test_the_truly_best_located_are_the_current_config_and_the_best_truths_picked_on_their_one_pass() -> None:
+    # truths (the re-measures): b 100, c 99, a 96; d and e measured once. "a" led the pass by luck and is not among
+    # the truly best two; "c" read above "b" in the pass, so the pick of the truly best is "c" (within 2%)
+    g = grid(
+        {"cur": [90.0] * 3, "a": [104.0] * 3, "b": [100.0] * 3, "c": [101.0] * 3, "d": [80.0] * 3, "e": [85.0] * 3},
+        {"a": [[96.0] * 3] * 2, "b": [[100.0] * 3] * 2, "c": [[99.0] * 3] * 2},
+    )
+    best = truly_best(g, KEY, "cur", 2)
+    assert best == ["cur", "b", "c"]
+    assert best_measured(g, KEY, best) == "c"
+    assert g.judge(KEY, "c", 0.9)[1] and not g.judge(KEY, "a", 0.9)[1]
+    # drawn around the re-measures (--center pooled) a pick can differ from the pass's; never outside the labels
+    picks = {measured_pick(g, best, KEY, random.Random(i), pooled=True) for i in range(50)}
+    assert picks <= {"cur", "b", "c"} and {"b", "c"} <= picks
