@@ -273,6 +273,28 @@ SPACES: dict[str, dict[str, Any]] = {
         "grid": {"algorithm": ["ddtree"], "budget": [4, 5, 6, 7, 12], "topk": [1, 2, 3], "block_size": [16],
                  "window": [384, 2048, "none"]},
     },
+    # written after the S, T, U run and stop 42's replays, before any search ran on them (a held-out check of the
+    # reference levels, with no change to the search): block 16, budgets 3, 4, 5, 6, 8 x top-K 1..3 x windows 192
+    # (outgrown) and none, the chain
+    "V": {
+        "configs": [{"algorithm": "none"}, CURRENT, {"algorithm": "dflash", "block_size": 16, "window": "none"}],
+        "grid": {"algorithm": ["ddtree"], "budget": [3, 4, 5, 6, 8], "topk": [1, 2, 3], "block_size": [16],
+                 "window": [192, "none"]},
+    },
+    # both blocks, budgets 3, 4, 6, 8, 11 (no 5) x top-K 1, 2, 4, full cache, both chains
+    "W": {
+        "configs": [{"algorithm": "none"}, CURRENT, {"algorithm": "dflash", "block_size": 8, "window": "none"},
+                    {"algorithm": "dflash", "block_size": 16, "window": "none"}],
+        "grid": {"algorithm": ["ddtree"], "budget": [3, 4, 6, 8, 11], "topk": [1, 2, 4], "block_size": [8, 16],
+                 "window": ["none"]},
+    },
+    # block 8, budgets 2, 4, 5, 6, 7, 9 x top-K 1..3 x windows 320 (outgrown), 4096 (covers the run: one config with
+    # the full cache) and none
+    "X": {
+        "configs": [{"algorithm": "none"}, CURRENT],
+        "grid": {"algorithm": ["ddtree"], "budget": [2, 4, 5, 6, 7, 9], "topk": [1, 2, 3], "block_size": [8],
+                 "window": [320, 4096, "none"]},
+    },
 }  # fmt: skip
 EQUAL_WITHIN = 0.02
 RANDOM_DRAWS = 2000
