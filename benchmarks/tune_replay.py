@@ -30,11 +30,10 @@ replay measures), and the grid's own one-pass pick. Seeds are not independent
 runs: each restart is drawn around the same kept grid, so many seeds restart
 the same configs in the same order and differ only in those restarts' draws;
 the ``distinct runs`` column counts the distinct restart sequences, the number
-of trials a row's score rests on. It is a
-development tool: a space replayed here is a space the search can be chosen
-on, so a search chosen with it is judged again on spaces measured after
-(``tune_vs_grid.py``). Every figure is of the SIMULATED engine on this
-machine; none says anything about GPUs. Usage::
+of trials a row's score rests on. It is a development tool: a space replayed
+here is a space the search can be chosen on, so a search chosen with it is
+judged again on spaces measured after (``tune_vs_grid.py``). Every figure is of
+the SIMULATED engine on this machine; none says anything about GPUs. Usage::
 
     python benchmarks/tune_replay.py DIR [--spaces M,N,O] [--objectives single-stream,throughput]
                                          [--seeds 20] [--first-seed 0] [--budget-share 0.30]
