@@ -89,7 +89,11 @@ def test_the_tuner_measures_on_two_hosts_interrupted_resumed_as_printed_and_rest
     assert resume.startswith(f"python -m repro_py.tune {RELATIVE} --resume --run-id fleet-tune"), resume
     assert resume.endswith(" -e sglang_service_sim_speed=20"), resume  # the run's extra var, kept
     first = {p.name: p.read_bytes() for p in (run / "configs").glob("*.json")}
-    assert first and not list(run.rglob("*.tmp")), sorted(first)
+    # every file the bundle writes is atomic: no temporary of its own is left. ansible-runner writes its event files
+    # as <uuid>-partial.json.tmp and renames them; a Ctrl-C during a play can leave one in the runner's private
+    # artifacts (job_events/, not a result; only finished *.json events are ever read back)
+    ours = [p for p in run.rglob("*.tmp") if "job_events" not in p.parts]
+    assert first and not ours, (sorted(first), ours)
 
     proc = tune([*shlex.split(resume)[3:], "--no-write"])  # as printed
     out, err = finish_showing_stacks_if_hung(proc, 1500, "the resumed tuner")
