@@ -68,8 +68,7 @@ from benchmarks.tune_vs_grid import (
     first_pass,
     grid_pick,
     obliged_draw,
-    own_configs,
-    plan_search,
+    own_choice,
     prepare_run,
     read_grid,
     target_for,
@@ -237,12 +236,9 @@ class Levels:
 
 
 def levels(grid: Grid, name: str, objective: Objective, budget: int, *, pooled: bool) -> Levels:
-    _, search = plan_search(Path(tempfile.gettempdir()), name, objective, max_tokens=512)
-    mine = own_configs(search, budget, grid.per_config)
-    assert search.default is not None
-    current = search.default.label
-    labels = list(search.space.by_label())
-    others = [c.label for c in search.space.configs if c.spec.algorithm != "none" and c.label != current]
+    current, others, mine = own_choice(Path(tempfile.gettempdir()), name, objective, budget, grid.per_config,
+                                       max_tokens=512)  # fmt: skip
+    labels = list(load_space(target_for(0, SPACES[name])).by_label())
     confidence = NoiseModel().confidence
 
     def rate(pick: Callable[[random.Random], str | None]) -> float:

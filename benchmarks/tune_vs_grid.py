@@ -587,6 +587,19 @@ def own_configs(search: Search, budget: int, per_config: int = 1) -> int:
     return max(0, budget - count) // per_config
 
 
+def own_choice(
+    root: Path, name: str, objective: Objective, budget: int, per_config: int, *, max_tokens: int,
+    lossless: str = "shared",
+) -> tuple[str, list[str], int]:
+    """(the current config, the space's other speculative configs, :func:`own_configs`) of a tuning run of space
+    ``name`` within ``budget`` restarts: what :func:`obliged_draw` and :func:`truly_best` draw on."""
+    _, search = plan_search(root, name, objective, max_tokens=max_tokens, lossless=lossless)
+    assert search.default is not None
+    current = search.default.label
+    others = [c.label for c in search.space.configs if c.spec.algorithm != "none" and c.label != current]
+    return current, others, own_configs(search, budget, per_config)
+
+
 def obliged_draw(current: str, others: Sequence[str], n: int, rng: random.Random) -> list[str]:
     """What random search measures when it is bound as the tuner is: the current config (every tuning run
     measures it) and ``n`` configs drawn from ``others`` (the space's other speculative configs; ``n``: the
@@ -714,14 +727,13 @@ def pct(value: float | None) -> str:
 class References:
     """The reference levels of one space and objective, beside the searches: the full grid's own pick (within 2%,
     or n.d.), random search's expected rate within 2% at the same budget and bound as the tuner is
-    (:func:`obliged_draw`), whether the best of :func:`truly_best` is within 2%, and the tuner's own configs."""
+    (:func:`obliged_draw`), and whether the best of :func:`truly_best` is within 2%."""
 
     grid_close: bool
     grid_hit: bool
     random_expected: float
     obliged_expected: float
     located_close: bool
-    own: int
 
 
 def print_references(refs: list[References], confidence: float) -> None:
@@ -856,11 +868,8 @@ def bench_space(
             for i in range(RANDOM_DRAWS)
         ]
         expected = (statistics.fmean(d[1] for d in draws), statistics.fmean(d[2] for d in draws))
-        _, search = plan_search(root, name, obj, max_tokens=args.max_tokens, lossless=args.lossless_restart)
-        mine = own_configs(search, budget, grid.per_config)
-        assert search.default is not None
-        current = search.default.label
-        others = [c.label for c in search.space.configs if c.spec.algorithm != "none" and c.label != current]
+        current, others, mine = own_choice(root, name, obj, budget, grid.per_config, max_tokens=args.max_tokens,
+                                           lossless=args.lossless_restart)  # fmt: skip
         obliged = statistics.fmean(
             grid.judge(obj.key, best_measured(grid, obj.key, obliged_draw(current, others, mine, random.Random(i))),
                        confidence)[1]
@@ -873,7 +882,7 @@ def bench_space(
             f"{located} | {truth_text(grid, obj.key, located)} | {pct(l_ratio)} | {yes(l_close)} | {yes(l_hit)} | "
             f"| | | | | | |"
         )
-        refs.append(References(g_close, g_hit, expected[0], obliged, l_close, mine))
+        refs.append(References(g_close, g_hit, expected[0], obliged, l_close))
         print("\n".join(table[-4:]), flush=True)
         for seed, previous in [(seed, previous) for seed in seeds for previous in arms]:
             tuned = run_tuner(args, root, name, obj, seed=seed, max_restarts=budget, previous=previous)
